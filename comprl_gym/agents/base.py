@@ -1,0 +1,84 @@
+"""The :class:`Agent` protocol and the agents that need no model.
+
+Write your own agent against the protocol: ``reset`` is called once per episode with the
+task and the first ``info``; ``act`` maps an observation to an action string.
+
+Example:
+    >>> import gymnasium as gym
+    >>> import comprl_gym
+    >>> from comprl_gym.agents import RandomAgent
+    >>> env = gym.make("comprl/MiniHack-Room-5x5-v0")
+    >>> obs, info = env.reset(seed=1)
+    >>> agent = RandomAgent(seed=1)
+    >>> agent.reset(info["task"], info)
+    >>> agent.act(obs, info) in info["admissible_actions"]
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from typing import Any, Protocol, runtime_checkable
+
+from comprl_gym.core import ConfigurationError
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Anything that plays a comprl env: ``reset`` per episode, then ``act`` per step."""
+
+    def reset(self, task: str, info: dict[str, Any]) -> None:
+        """Start an episode on ``task`` (``info`` is the one ``env.reset`` returned)."""
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        """Return the next action for ``observation``."""
+
+
+class RandomAgent:
+    """Picks uniformly among ``info["admissible_actions"]`` (or a fixed fallback list)."""
+
+    def __init__(self, seed: int | None = None, fallback_actions: list[str] | None = None):
+        self._rng = random.Random(seed)
+        self._fallback = fallback_actions or ["submit"]
+
+    def reset(self, task: str, info: dict[str, Any]) -> None:
+        """Nothing to remember between episodes."""
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        actions = info.get("admissible_actions") or self._fallback
+        return self._rng.choice(list(actions))
+
+
+#: The expert of each env family, as ``module:Class``; each takes the env as its only argument.
+EXPERTS: dict[str, str] = {
+    "minihack": "comprl_gym.envs.minihack.expert:MiniHackExpert",
+    "alfworld": "comprl_gym.envs.alfworld.expert:ALFWorldExpert",
+    "webshop": "comprl_gym.envs.webshop.expert:WebShopExpert",
+    "swebench": "comprl_gym.envs.swebench.expert:SWEBenchExpert",
+}
+
+
+def load_object(path: str) -> Any:
+    """Import ``"package.module:Name"``."""
+    module_name, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def make_agent(spec: str, env: Any, seed: int | None = None) -> Agent:
+    """Build an agent from a short spec: ``random``, ``expert`` or ``module:Class``.
+
+    ``expert`` picks the expert of the env's family; ``module:Class`` is called with no
+    arguments. LLM agents have their own specs (see :mod:`comprl_gym.agents.llm_agent`).
+    """
+    if spec == "random":
+        return RandomAgent(seed=seed)
+    if spec == "expert":
+        family = env.unwrapped.env_family
+        if family not in EXPERTS:
+            raise ConfigurationError(f"no expert agent for env family {family!r}")
+        return load_object(EXPERTS[family])(env)
+    if ":" in spec and not spec.startswith(("llm:", "hf:", "vllm:", "openai:")):
+        return load_object(spec)()
+    llm_specs = importlib.import_module("comprl_gym.agents.llm_agent")
+    return llm_specs.agent_from_spec(spec, env, seed=seed)

@@ -1,0 +1,1 @@
+"""Evaluation: episode runner, eval runs with confidence intervals, the leaderboard."""

@@ -1,0 +1,159 @@
+"""The ``comprl-gym`` command.
+
+``envs`` lists the ids, ``play ID`` lets a person play in the terminal, ``run`` plays ids with
+a scripted agent and prints a table. ``eval``, ``leaderboard`` and ``train`` come from
+:mod:`comprl_gym.bench.cli` and :mod:`comprl_gym.trainers.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+import gymnasium as gym
+
+import comprl_gym
+from comprl_gym.registration import ENV_TABLE, markdown_table
+
+#: Modules that add sub-commands: each has ``add_commands(subparsers)``.
+COMMAND_MODULES = ("comprl_gym.bench.cli", "comprl_gym.trainers.cli")
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(markdown_table())
+        return 0
+    width = max(len(i) for i in ENV_TABLE)
+    for entry in ENV_TABLE.values():
+        if args.family and entry.family != args.family:
+            continue
+        print(f"{entry.env_id:<{width}}  {entry.family:<9}  {entry.description}")
+    return 0
+
+
+def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--env-arg takes KEY=VALUE, got {pair!r}")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs
+
+
+def _cmd_play(args: argparse.Namespace) -> int:
+    env = gym.make(args.env_id, **_parse_kwargs(args.env_arg))
+    observation, info = env.reset(seed=args.seed)
+    print(f"Task: {info['task']}\n")
+    print(observation)
+    while True:
+        try:
+            action = input("\n> ")
+        except (EOFError, KeyboardInterrupt):
+            print()
+            break
+        if action.strip().lower() in {"quit", "exit"}:
+            break
+        if action.strip() in {"?", "help"}:
+            print("Allowed:", ", ".join(info["admissible_actions"] or ["(any)"]))
+            continue
+        observation, reward, terminated, truncated, info = env.step(action)
+        print(observation)
+        if terminated or truncated:
+            outcome = "won" if info["won"] else ("lost" if terminated else "out of steps")
+            print(f"\nEpisode over: {outcome}, score {info['score']:.2f}, {info['step']} steps")
+            break
+    env.close()
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from comprl_gym.agents import make_agent
+    from comprl_gym.bench.runner import expand_env_ids, run_episode
+
+    env_ids = expand_env_ids(args.env_ids)
+    rows = []
+    bar = tqdm(total=len(env_ids) * args.episodes, desc="episodes", unit="ep")
+    for env_id in env_ids:
+        if env_id == "comprl/MiniHack-v0" and len(env_ids) > 1:
+            bar.update(args.episodes)
+            continue  # the generic id duplicates a named one
+        env = gym.make(env_id, **_parse_kwargs(args.env_arg))
+        agent = make_agent(args.agent, env, seed=args.seed)
+        results = []
+        for episode in range(args.episodes):
+            bar.set_postfix_str(env_id)
+            results.append(run_episode(env, agent, seed=args.seed + episode))
+            bar.update()
+        env.close()
+        n = len(results)
+        rows.append(
+            (
+                env_id,
+                n,
+                sum(r.won for r in results) / n,
+                sum(r.score for r in results) / n,
+                sum(r.steps for r in results) / n,
+            )
+        )
+    bar.close()
+    print(f"\n| id | episodes | success rate | mean score | mean steps |\n| --- | --- | --- | --- | --- |")
+    for env_id, n, success, score, steps in rows:
+        print(f"| {env_id} | {n} | {success:.2f} | {score:.2f} | {steps:.1f} |")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="comprl-gym", description=comprl_gym.__doc__)
+    parser.add_argument("--version", action="version", version=comprl_gym.__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("envs", help="list the registered ids")
+    p.add_argument("--family", choices=sorted({e.family for e in ENV_TABLE.values()}))
+    p.add_argument("--markdown", action="store_true", help="print the README table")
+    p.set_defaults(func=_cmd_envs)
+
+    p = sub.add_parser("play", help="play an env yourself in the terminal")
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=_cmd_play)
+
+    p = sub.add_parser("run", help="play ids with a scripted agent and print a results table")
+    p.add_argument("env_ids", nargs="+", help="ids or patterns such as 'comprl/MiniHack-*'")
+    p.add_argument("--agent", default="expert", help="random | expert | module:Class")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=_cmd_run)
+
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except comprl_gym.ComprlGymError as exc:
+        print(f"comprl-gym: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,31 @@
+"""Shared fixtures: where the official benchmark data lives, offline settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    """``../shared/data`` beside the checkout (CI lays it there), or ``$COMPRL_SHARED_DATA``."""
+    candidates = [os.environ.get("COMPRL_SHARED_DATA"), REPO_ROOT.parent / "shared" / "data"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    raise FileNotFoundError(
+        "official benchmark data not found: expected ../shared/data beside the checkout "
+        "or COMPRL_SHARED_DATA pointing at it"
+    )
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    return shared_data_dir()
