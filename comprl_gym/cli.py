@@ -105,7 +105,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         )
     bar.close()
-    print(f"\n| id | episodes | success rate | mean score | mean steps |\n| --- | --- | --- | --- | --- |")
+    print(
+        "\n| id | episodes | success rate | mean score | mean steps |\n| --- | --- | --- | --- | --- |"
+    )
     for env_id, n, success, score, steps in rows:
         print(f"| {env_id} | {n} | {success:.2f} | {score:.2f} | {steps:.1f} |")
     return 0

@@ -324,11 +324,15 @@ class TextEnv(gym.Env[str, str]):
         if isinstance(action, np.str_):
             action = str(action)
         if not isinstance(action, str):
-            transition = self._refuse(repr(action), f"actions are strings, got {type(action).__name__}")
+            transition = self._refuse(
+                repr(action), f"actions are strings, got {type(action).__name__}"
+            )
         elif not action.strip():
             transition = self._refuse(action, "the action is empty")
         elif len(action) > MAX_ACTION_CHARS:
-            transition = self._refuse(action, f"the action is longer than {MAX_ACTION_CHARS} characters")
+            transition = self._refuse(
+                action, f"the action is longer than {MAX_ACTION_CHARS} characters"
+            )
         else:
             transition = self._step_task(action)
         self._step_count += 1

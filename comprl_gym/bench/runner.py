@@ -42,7 +42,9 @@ class EpisodeResult:
         return asdict(self)
 
 
-def run_episode(env: gym.Env, agent: Agent, seed: int, options: dict[str, Any] | None = None) -> EpisodeResult:
+def run_episode(
+    env: gym.Env, agent: Agent, seed: int, options: dict[str, Any] | None = None
+) -> EpisodeResult:
     """Reset ``env`` with ``seed``, let ``agent`` act until the episode ends."""
     start = time.perf_counter()
     observation, info = env.reset(seed=seed, options=options)
