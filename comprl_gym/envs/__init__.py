@@ -1,0 +1,1 @@
+"""Environment families: one folder each, registered in comprl_gym.registration."""
