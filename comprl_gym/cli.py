@@ -80,12 +80,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from comprl_gym.bench.runner import expand_env_ids, run_episode
 
     env_ids = expand_env_ids(args.env_ids)
+    if len(env_ids) > 1 and "comprl/MiniHack-v0" in env_ids:
+        env_ids.remove("comprl/MiniHack-v0")  # the generic id repeats a named one
     rows = []
     bar = tqdm(total=len(env_ids) * args.episodes, desc="episodes", unit="ep")
     for env_id in env_ids:
-        if env_id == "comprl/MiniHack-v0" and len(env_ids) > 1:
-            bar.update(args.episodes)
-            continue  # the generic id duplicates a named one
         env = gym.make(env_id, **_parse_kwargs(args.env_arg))
         agent = make_agent(args.agent, env, seed=args.seed)
         results = []
