@@ -1,0 +1,328 @@
+"""Sandbox images built on this machine, with no registry: the base root file system, its
+Docker image, per-instance images named like SWE-bench's, and pruning to a disk budget.
+
+The base is a Debian ``debootstrap --variant=minbase`` tree with python3, pytest, git and
+patch (containers have no network, so everything the tests need is in the base). The same
+directory is the root of the bubblewrap sandbox; ``docker import`` turns it into the base
+image. Building it takes about three minutes once; afterwards it is found by its tag.
+
+Example:
+    >>> from comprl_gym.envs.swebench.images import base_image_tag, instance_image_name
+    >>> base_image_tag().startswith("comprl-gym/swebench-base:")
+    True
+    >>> instance_image_name("textkit__textkit-1")
+    'sweb.eval.x86_64.textkit__textkit-1:latest'
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from comprl_gym.core import EnvBackendError
+from comprl_gym.utils import atomic_write_json, cache_dir
+
+logger = logging.getLogger(__name__)
+
+DEBIAN_SUITE = "bookworm"
+#: Debian packages of the base. python3-pytest because containers have no network.
+BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch", "procps")
+#: The unprivileged user every command runs as (uid/gid 1000, home /home/swe).
+SANDBOX_USER = "swe"
+SANDBOX_UID = 1000
+#: Labels that mark what comprl-gym created, so that clean-up never touches anything else.
+LABEL = "comprl-gym.swebench"
+LABEL_OWNER_PID = "comprl-gym.owner-pid"
+LABEL_OWNER_HOST = "comprl-gym.owner-host"
+_BASE_RECIPE_VERSION = "1"
+
+
+def _recipe_hash() -> str:
+    recipe = json.dumps([_BASE_RECIPE_VERSION, DEBIAN_SUITE, BASE_PACKAGES, SANDBOX_UID])
+    return hashlib.sha256(recipe.encode()).hexdigest()[:10]
+
+
+def base_image_tag() -> str:
+    """The Docker tag of the base image for the current recipe."""
+    return f"comprl-gym/swebench-base:{DEBIAN_SUITE}-{_recipe_hash()}"
+
+
+def rootfs_dir() -> Path:
+    """Where the base root file system lives (it may not be built yet)."""
+    return cache_dir("swebench", "rootfs") / f"{DEBIAN_SUITE}-{_recipe_hash()}"
+
+
+def instance_image_name(instance_id: str) -> str:
+    """SWE-bench's local image name for an instance (swebench 4.x ``instance_image_key``)."""
+    return f"sweb.eval.x86_64.{instance_id.lower()}:latest"
+
+
+def official_image_names(instance_id: str) -> list[str]:
+    """Names under which a user's pre-pulled official image may exist, best first."""
+    local = instance_image_name(instance_id)
+    return [local, f"swebench/{local}".replace("__", "_1776_")]
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock across processes, so that two envs never build the same thing twice."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _add_sandbox_user(root: Path) -> None:
+    """Add the unprivileged user to the tree by editing passwd/group (no chroot needed)."""
+    uid = SANDBOX_UID
+    with open(root / "etc/passwd", "a") as handle:
+        handle.write(f"{SANDBOX_USER}:x:{uid}:{uid}:sandbox:/home/{SANDBOX_USER}:/bin/bash\n")
+    with open(root / "etc/group", "a") as handle:
+        handle.write(f"{SANDBOX_USER}:x:{uid}:\n")
+    home = root / "home" / SANDBOX_USER
+    home.mkdir(parents=True, exist_ok=True)
+    os.chown(home, uid, uid)
+    (root / "testbed").mkdir(exist_ok=True)
+    os.chown(root / "testbed", uid, uid)
+    # git refuses repositories owned by someone else unless told they are safe.
+    (root / "etc/gitconfig").write_text(
+        "[safe]\n\tdirectory = *\n[user]\n\tname = sandbox\n\temail = sandbox@localhost\n"
+    )
+
+
+def build_rootfs(force: bool = False) -> Path:
+    """Build the base root file system once (idempotent, safe across processes).
+
+    Runs ``debootstrap --variant=minbase`` into a temporary folder and renames it into place,
+    so that an interrupted build never leaves a half tree that looks finished. Needs root,
+    ``debootstrap`` and the Debian mirror (about 3 minutes, ~400 MB).
+    """
+    target = rootfs_dir()
+    done_marker = target / ".comprl-gym-complete"
+    if done_marker.exists() and not force:
+        return target
+    with _file_lock(target.parent / f".{target.name}.lock"):
+        if done_marker.exists() and not force:
+            return target
+        if shutil.which("debootstrap") is None:
+            raise EnvBackendError(
+                "building the SWE-bench sandbox root needs debootstrap: "
+                "apt-get install -y debootstrap (or run scripts/services.sh start)"
+            )
+        if os.geteuid() != 0:
+            raise EnvBackendError(
+                f"building the sandbox root at {target} needs root (debootstrap); "
+                "build it once as root or point COMPRL_GYM_CACHE at a cache that has it"
+            )
+        partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+        command = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            DEBIAN_SUITE,
+            str(partial),
+        ]
+        logger.info("building the sandbox root file system (~3 min): %s", " ".join(command))
+        started = time.monotonic()
+        try:
+            _run_logged(command)
+            _add_sandbox_user(partial)
+            for junk in ("var/cache/apt/archives", "usr/share/doc", "usr/share/man"):
+                shutil.rmtree(partial / junk, ignore_errors=True)
+            (partial / ".comprl-gym-complete").write_text(base_image_tag() + "\n")
+            if target.exists():
+                shutil.rmtree(target)
+            os.rename(partial, target)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        logger.info("sandbox root ready at %s in %.0f s", target, time.monotonic() - started)
+    return target
+
+
+def _run_logged(command: list[str]) -> None:
+    """Run a long build command, logging its progress lines; raise with its tail on failure."""
+    tail: list[str] = []
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip()
+            tail = (tail + [line])[-30:]
+            if line.startswith(("I: Retrieving", "I: Installing", "I: Configuring", "I: Base")):
+                logger.info("%s", line)
+            else:
+                logger.debug("%s", line)
+    if proc.returncode != 0:
+        raise EnvBackendError(
+            f"{command[0]} failed with exit code {proc.returncode}:\n" + "\n".join(tail)
+        )
+
+
+def _image_exists(client: Any, name: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(name)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def ensure_base_image(client: Any) -> str:
+    """The base Docker image's tag, importing the root file system first if needed."""
+    tag = base_image_tag()
+    if _image_exists(client, tag):
+        return tag
+    root = build_rootfs()
+    with _file_lock(cache_dir("swebench") / ".base-image.lock"):
+        if _image_exists(client, tag):
+            return tag
+        logger.info("importing %s into Docker as %s", root, tag)
+        repository, _, version = tag.partition(":")
+        with subprocess.Popen(
+            ["tar", "-C", str(root), "--exclude=./.comprl-gym-complete", "-c", "."],
+            stdout=subprocess.PIPE,
+        ) as tar:
+            client.api.import_image(
+                src=tar.stdout,
+                repository=repository,
+                tag=version,
+                changes=[
+                    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "ENV LANG=C.UTF-8",
+                    f"LABEL {LABEL}=base",
+                    'CMD ["sleep", "infinity"]',
+                ],
+            )
+        if tar.returncode != 0 or not _image_exists(client, tag):
+            raise EnvBackendError(f"importing the sandbox root into Docker as {tag} failed")
+    return tag
+
+
+def build_instance_image(
+    client: Any, instance_id: str, testbed: Path, testbed_key: str | None = None
+) -> str:
+    """Build ``sweb.eval.x86_64.<id>`` from the base and a checked-out repository folder.
+
+    ``testbed_key`` (e.g. ``repo@commit``) names the folder's content: instances that share
+    it get the same image under their own names (a tag, no second build).
+    """
+    name = instance_image_name(instance_id)
+    base = ensure_base_image(client)
+    labels = {LABEL: "instance", f"{LABEL}.instance-id": instance_id}
+    if testbed_key is not None:
+        key = hashlib.sha256(f"{base}|{testbed_key}".encode()).hexdigest()[:16]
+        labels[f"{LABEL}.testbed"] = key
+        same = client.images.list(filters={"label": f"{LABEL}.testbed={key}"})
+        if same:
+            repository, _, tag = name.rpartition(":")
+            same[0].tag(repository, tag)
+            logger.info("tagged the image of %s as %s", testbed_key, name)
+            return name
+    dockerfile = (
+        f"FROM {base}\n"
+        f"COPY --chown={SANDBOX_UID}:{SANDBOX_UID} testbed /testbed\n"
+        # A pristine copy that comprl-gym's sandbox copies into a size-limited tmpfs.
+        f"COPY --chown={SANDBOX_UID}:{SANDBOX_UID} testbed /opt/comprl-testbed\n"
+        "WORKDIR /testbed\n"
+        "ENV PYTHONPATH=/testbed PYTHONDONTWRITEBYTECODE=1\n"
+    )
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile.encode())
+        tar.addfile(info, io.BytesIO(dockerfile.encode()))
+        tar.add(testbed, arcname="testbed")
+    context.seek(0)
+    logger.info("building image %s", name)
+    try:
+        client.images.build(
+            fileobj=context,
+            custom_context=True,
+            tag=name,
+            labels=labels,
+            rm=True,
+            forcerm=True,
+            network_mode="none",
+        )
+    except Exception as exc:  # docker.errors.BuildError, APIError
+        raise EnvBackendError(f"building the image {name} failed: {exc}") from exc
+    return name
+
+
+# ---- disk budget ------------------------------------------------------------------------------
+def _usage_file() -> Path:
+    return cache_dir("swebench") / "image-usage.json"
+
+
+def touch_image(name: str) -> None:
+    """Record that an image was just used (for least-recently-used pruning)."""
+    path = _usage_file()
+    with _file_lock(path.with_suffix(".lock")):
+        try:
+            usage = json.loads(path.read_text())
+        except (OSError, ValueError):
+            usage = {}
+        usage[name] = time.time()
+        atomic_write_json(path, usage)
+
+
+def prune_images(client: Any, budget_bytes: int, keep: tuple[str, ...] = ()) -> list[str]:
+    """Remove comprl-gym instance images, least recently used first, until their total size
+    (beyond the shared base) fits in ``budget_bytes``. Images in ``keep`` or in use stay.
+
+    Returns the names removed.
+    """
+    import docker
+
+    images = client.images.list(filters={"label": f"{LABEL}=instance"})
+    try:
+        base_size = client.images.get(base_image_tag()).attrs.get("Size", 0)
+    except docker.errors.ImageNotFound:
+        base_size = 0
+    try:
+        usage = json.loads(_usage_file().read_text())
+    except (OSError, ValueError):
+        usage = {}
+    in_use = {c.image.id for c in client.containers.list(all=True) if c.image is not None}
+    sized = []
+    for image in images:
+        own = max(0, int(image.attrs.get("Size", 0)) - int(base_size))
+        names = image.tags or [image.id]
+        last_use = max(usage.get(name, 0.0) for name in names)
+        sized.append((last_use, names, own, image))
+    total = sum(own for _, _, own, _ in sized)
+    removed: list[str] = []
+    for _, names, own, image in sorted(sized, key=lambda item: item[0]):
+        if total <= budget_bytes:
+            break
+        if any(name in keep for name in names) or image.id in in_use:
+            continue
+        try:
+            for name in names:  # one image may carry the names of several instances
+                client.images.remove(name, force=False)
+        except docker.errors.APIError as exc:
+            logger.warning("could not prune %s: %s", names, exc)
+            continue
+        total -= own
+        removed.extend(names)
+        logger.info("pruned image %s (%d bytes) to stay within the disk budget", names, own)
+    return removed

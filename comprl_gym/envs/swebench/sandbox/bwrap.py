@@ -1,0 +1,309 @@
+"""A bubblewrap sandbox per episode: the debootstrap root read-only, the repository writable.
+
+Each command is a fresh ``bwrap --unshare-all`` (no network, own PID namespace, uid 1000 in a
+user namespace) over the same root file system the Docker base image is made from. The
+episode's writable folders (``/testbed``, ``/tmp``, home) live in one episode folder that is a
+size-limited tmpfs when we run as root. Memory, process and CPU limits come from a cgroup
+(v1 or v2) when the cgroup tree is writable, otherwise from rlimits (prlimit); ``timeout``
+bounds every command, and when a command ends its PID namespace dies with everything in it.
+
+Example:
+    >>> from comprl_gym.envs.swebench.sandbox.bwrap import bwrap_available
+    >>> isinstance(bwrap_available(), bool)
+    True
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+from typing import ClassVar
+
+from comprl_gym.core import EnvBackendError
+from comprl_gym.envs.swebench.images import SANDBOX_UID
+from comprl_gym.envs.swebench.sandbox.base import (
+    COMMAND_WRAPPER,
+    CommandResult,
+    Sandbox,
+    SandboxLimits,
+    split_cut,
+)
+from comprl_gym.utils import cache_dir
+
+logger = logging.getLogger(__name__)
+
+_CGROUP_V1 = Path("/sys/fs/cgroup")
+_EPISODE_PREFIX = "ep-"
+
+
+def bwrap_available() -> bool:
+    """True when ``bwrap`` is installed and can create namespaces here."""
+    if shutil.which("bwrap") is None:
+        return False
+    probe = subprocess.run(
+        ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"],
+        capture_output=True,
+        timeout=20,
+    )
+    return probe.returncode == 0
+
+
+def episodes_root() -> Path:
+    """Where episode folders live (``<cache>/swebench/bwrap``)."""
+    return cache_dir("swebench", "bwrap")
+
+
+def _is_mount(path: Path) -> bool:
+    try:
+        return os.path.ismount(path)
+    except OSError:
+        return False
+
+
+class _Cgroup:
+    """A cgroup (v1 controllers or v2) holding every process of one sandbox; best effort."""
+
+    def __init__(self, name: str, limits: SandboxLimits):
+        self.paths: list[Path] = []
+        if os.geteuid() != 0:
+            return
+        v2 = _CGROUP_V1 / "cgroup.controllers"
+        try:
+            if v2.exists():
+                path = _CGROUP_V1 / f"comprl-gym-{name}"
+                path.mkdir()
+                self.paths.append(path)
+                (path / "memory.max").write_text(str(limits.memory_bytes))
+                (path / "pids.max").write_text(str(limits.pids))
+                (path / "cpu.max").write_text(f"{int(limits.cpus * 100000)} 100000")
+                return
+            settings = {
+                "memory": {
+                    "memory.limit_in_bytes": limits.memory_bytes,
+                },
+                "pids": {"pids.max": limits.pids},
+                "cpu": {"cpu.cfs_period_us": 100000, "cpu.cfs_quota_us": int(limits.cpus * 1e5)},
+            }
+            for controller, values in settings.items():
+                root = _CGROUP_V1 / controller
+                if not (root / "cgroup.procs").exists():
+                    continue
+                path = root / "comprl-gym" / name
+                path.mkdir(parents=True)
+                self.paths.append(path)
+                for key, value in values.items():
+                    (path / key).write_text(str(value))
+        except OSError as exc:
+            logger.warning("cgroup limits unavailable (%s); using rlimits only", exc)
+            self.remove()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.paths)
+
+    def join(self) -> None:
+        """Move the calling process into the cgroup (run in the child before exec)."""
+        for path in self.paths:
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def remove(self) -> None:
+        for path in self.paths:
+            _remove_cgroup(path)
+        self.paths = []
+
+
+def _remove_cgroup(path: Path) -> None:
+    procs = path / "cgroup.procs"
+    try:
+        for pid in procs.read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+        path.rmdir()
+    except OSError as exc:
+        logger.debug("could not remove cgroup %s: %s", path, exc)
+
+
+def remove_orphans() -> list[str]:
+    """Remove episode folders (and their cgroups) whose owning process is gone."""
+    removed = []
+    for folder in episodes_root().glob(f"{_EPISODE_PREFIX}*"):
+        try:
+            pid = int(folder.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid() and any(getattr(s, "folder", None) == folder for s in Sandbox._live):
+            continue
+        if pid != os.getpid():
+            try:
+                os.kill(pid, 0)
+                continue
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        _remove_episode_folder(folder)
+        for root in [
+            _CGROUP_V1 / c / "comprl-gym" / folder.name for c in ("memory", "pids", "cpu")
+        ]:
+            if root.exists():
+                _remove_cgroup(root)
+        v2 = _CGROUP_V1 / f"comprl-gym-{folder.name}"
+        if v2.exists():
+            _remove_cgroup(v2)
+        removed.append(folder.name)
+        logger.info("removed orphaned bubblewrap episode %s", folder.name)
+    return removed
+
+
+def _remove_episode_folder(folder: Path) -> None:
+    if _is_mount(folder):
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+class BubblewrapSandbox(Sandbox):
+    """One episode folder with the repository, commands run by ``bwrap`` over ``rootfs``.
+
+    Example (needs bwrap and the base root file system):
+        >>> sandbox = BubblewrapSandbox(rootfs, testbed_source)  # doctest: +SKIP
+        >>> sandbox.run("git status --short", timeout=10).returncode  # doctest: +SKIP
+        0
+    """
+
+    kind: ClassVar[str] = "bubblewrap"
+
+    def __init__(self, rootfs: Path, testbed: Path, limits: SandboxLimits | None = None):
+        if shutil.which("bwrap") is None:
+            raise EnvBackendError("bubblewrap is not installed: apt-get install -y bubblewrap")
+        self.rootfs = Path(rootfs)
+        self.limits = limits or SandboxLimits()
+        self._closed = False
+        name = f"{_EPISODE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:10]}"
+        self.folder = episodes_root() / name
+        self.folder.mkdir()
+        Sandbox._live.add(self)
+        try:
+            if os.geteuid() == 0:
+                size = self.limits.testbed_bytes + self.limits.tmp_bytes
+                subprocess.run(
+                    [
+                        "mount",
+                        "-t",
+                        "tmpfs",
+                        "-o",
+                        f"size={size},mode=0755",
+                        "tmpfs",
+                        str(self.folder),
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
+            for sub in ("tmp", "home"):
+                (self.folder / sub).mkdir()
+            os.chmod(self.folder / "tmp", 0o1777)
+            copy = subprocess.run(
+                ["cp", "-a", str(testbed), str(self.folder / "testbed")],
+                capture_output=True,
+                text=True,
+            )
+            if copy.returncode != 0:
+                raise EnvBackendError(f"copying the repository into the sandbox: {copy.stderr}")
+            self.cgroup = _Cgroup(name, self.limits)
+        except BaseException:
+            self.close()
+            raise
+
+    def _bwrap_argv(self) -> list[str]:
+        folder = self.folder
+        return [
+            "bwrap",
+            "--unshare-all",
+            "--unshare-user",
+            "--uid", str(SANDBOX_UID),
+            "--gid", str(SANDBOX_UID),
+            "--hostname", "sandbox",
+            "--die-with-parent",
+            "--new-session",
+            "--ro-bind", str(self.rootfs), "/",
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--bind", str(folder / "testbed"), "/testbed",
+            "--bind", str(folder / "tmp"), "/tmp",
+            "--bind", str(folder / "home"), "/home/swe",
+            "--perms", "1777", "--size", str(self.limits.output_bytes), "--tmpfs", "/run",
+            "--chdir", "/testbed",
+            "--clearenv",
+            "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--setenv", "HOME", "/home/swe",
+            "--setenv", "LANG", "C.UTF-8",
+            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            "--setenv", "PYTHONPATH", "/testbed",
+        ]  # fmt: skip
+
+    def _preexec(self) -> None:
+        """In the child, before exec: join the cgroup and set rlimits."""
+        self.cgroup.join()
+        lim = self.limits
+        resource.setrlimit(resource.RLIMIT_FSIZE, (lim.file_bytes, lim.file_bytes))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+        if not self.cgroup.active:
+            # Without a cgroup, rlimits are what we have (per process / per user).
+            resource.setrlimit(resource.RLIMIT_AS, (lim.memory_bytes, lim.memory_bytes))
+            if os.geteuid() != 0:
+                resource.setrlimit(resource.RLIMIT_NPROC, (lim.pids, lim.pids))
+
+    def run(
+        self, command: str, timeout: float, head_bytes: int = 5000, tail_bytes: int = 5000
+    ) -> CommandResult:
+        if self._closed:
+            raise EnvBackendError("the bubblewrap sandbox is closed; reset the env")
+        if not (self.folder / "testbed").is_dir():
+            raise EnvBackendError(f"the sandbox folder {self.folder} is gone; reset the env")
+        argv = self._bwrap_argv() + [
+            "bash", "-c", COMMAND_WRAPPER, "wrapper", command,
+            str(int(max(1, timeout))), str(head_bytes), str(tail_bytes),
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=self._preexec,
+        )
+        try:
+            raw, _ = proc.communicate(timeout=timeout + 30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raw, _ = proc.communicate()
+            raw += b"\n[comprl-gym: the sandbox did not return and was killed]"
+        code = proc.returncode
+        if code is not None and code < 0:
+            code = 128 - code
+        text, cut = split_cut(raw.decode("utf-8", errors="replace"))
+        if code == 1 and text.startswith("bwrap:"):
+            raise EnvBackendError(f"bubblewrap failed to start the sandbox: {text.strip()}")
+        return CommandResult(
+            returncode=int(code), output=text, timed_out=code in (124, 137), cut_bytes=cut
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        Sandbox._live.discard(self)
+        cgroup = getattr(self, "cgroup", None)
+        if cgroup is not None:
+            cgroup.remove()
+        _remove_episode_folder(self.folder)
+
+
+atexit.register(Sandbox.close_all)
