@@ -1,0 +1,120 @@
+"""The one configuration dataclass of the experience system: every knob and what it means."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from comprl_gym.core import ConfigurationError
+
+
+@dataclass
+class ExperienceConfig:
+    """Every hyperparameter of the store, the manager and the merging loop.
+
+    Defaults follow the Complementary RL reference (query batch 32 / 5 ms, diversification
+    lambda 0.4 over a 300 s window with 0.5 dropout and 16x candidates, training weight
+    ``(1 + training_count) ** -0.5``).
+
+    Example:
+        >>> ExperienceConfig(top_k=5).candidate_multiplier
+        16
+    """
+
+    # ---- retrieval --------------------------------------------------------------------------
+    #: Experiences returned per query when the caller gives no ``k``.
+    top_k: int = 3
+    #: Queries gathered into one embedding + index search call.
+    query_batch_size: int = 32
+    #: Longest wait (seconds) after the first queued query before a partial batch is run.
+    query_batch_timeout_s: float = 0.005
+    #: Threads that run query batches (embedding and index search) in parallel.
+    search_workers: int = 2
+    #: Threads usearch may use inside one batched search (0 = all cores).
+    search_threads: int = 0
+    #: Query embeddings kept in the LRU cache (0 disables the cache).
+    embedding_cache_size: int = 4096
+    #: Longest query, in characters, that is embedded; longer ones are cut (the model reads
+    #: 256 tokens anyway) so a huge query cannot stall the batch.
+    max_query_chars: int = 4096
+
+    # ---- diversification (score = -rank - lambda*log(1+retrievals) - recent penalty) --------
+    #: Re-rank candidates to spread retrievals over near-equal experiences.
+    diversify: bool = True
+    #: Weight of the ``log(1 + retrieval_count)`` penalty.
+    diversity_lambda: float = 0.4
+    #: An experience retrieved less than this many seconds ago is "recent".
+    diversity_recent_s: float = 300.0
+    #: Penalty added to the score of a recent experience.
+    diversity_recent_penalty: float = 1.0
+    #: Probability of moving a recently used top hit to the end of the list.
+    diversity_dropout_p: float = 0.5
+    #: Candidates fetched from the index per query: ``candidate_multiplier * k``.
+    candidate_multiplier: int = 16
+    #: Seed of the dropout random generator (None = non-deterministic).
+    seed: int | None = 0
+
+    # ---- extractor training -----------------------------------------------------------------
+    #: Sample weight of an experience for extractor training: ``(1 + training_count)**-power``;
+    #: 0 disables the down-weighting.
+    train_weight_power: float = 0.5
+    #: An experience trained on fewer than this many actor steps ago gets weight 0.
+    train_cooldown_steps: int = 0
+
+    # ---- maintenance ------------------------------------------------------------------------
+    #: Cosine similarity at or above which two experiences of one family are duplicates.
+    dedupe_threshold: float = 0.95
+    #: Neighbours examined per experience when looking for duplicates.
+    dedupe_neighbors: int = 8
+    #: Experiences handed to the extractor in one merge call.
+    merge_window: int = 8
+    #: :meth:`ExperienceManager.maybe_merge` merges every this many actor steps (0 = never).
+    merge_interval_steps: int = 50
+    #: Windows merged per call (None = a full pass over the store).
+    merge_max_windows: int | None = None
+
+    # ---- index and persistence --------------------------------------------------------------
+    #: HNSW graph degree (usearch ``connectivity``).
+    hnsw_connectivity: int = 16
+    #: Candidate list size while inserting (usearch ``expansion_add``).
+    hnsw_expansion_add: int = 128
+    #: Candidate list size while searching (usearch ``expansion_search``); raises recall.
+    hnsw_expansion_search: int = 160
+    #: SQLite ``synchronous`` pragma: FULL survives power loss, NORMAL survives a killed
+    #: process (WAL) and is faster.
+    sqlite_synchronous: str = "FULL"
+    #: The index files are saved after this many index changes (0 = only on save/close).
+    index_autosave_changes: int = 5000
+    #: Run ``PRAGMA quick_check`` when a store is opened.
+    check_database_on_open: bool = True
+    #: Buffered retrieval counters are written to SQLite at least this often (seconds).
+    stats_flush_interval_s: float = 2.0
+
+    # ---- input limits -----------------------------------------------------------------------
+    #: Longest experience text (title + description + content) accepted, in characters.
+    max_text_chars: int = 16384
+
+    def __post_init__(self) -> None:
+        checks = {
+            "top_k": self.top_k >= 1,
+            "query_batch_size": self.query_batch_size >= 1,
+            "query_batch_timeout_s": self.query_batch_timeout_s >= 0,
+            "search_workers": self.search_workers >= 1,
+            "embedding_cache_size": self.embedding_cache_size >= 0,
+            "candidate_multiplier": self.candidate_multiplier >= 1,
+            "diversity_dropout_p": 0.0 <= self.diversity_dropout_p <= 1.0,
+            "diversity_lambda": self.diversity_lambda >= 0,
+            "dedupe_threshold": -1.0 <= self.dedupe_threshold <= 1.0,
+            "merge_window": self.merge_window >= 2,
+            "hnsw_connectivity": self.hnsw_connectivity >= 2,
+            "max_text_chars": self.max_text_chars >= 16,
+            "sqlite_synchronous": self.sqlite_synchronous.upper()
+            in ("OFF", "NORMAL", "FULL", "EXTRA"),
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
+            raise ConfigurationError(f"invalid ExperienceConfig value(s): {values}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

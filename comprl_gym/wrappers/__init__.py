@@ -1,0 +1,5 @@
+"""Gymnasium wrappers for comprl envs."""
+
+from comprl_gym.wrappers.experience import ExperienceAugmentedEnv
+
+__all__ = ["ExperienceAugmentedEnv"]

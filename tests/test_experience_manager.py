@@ -1,0 +1,450 @@
+"""ExperienceManager: retrieval, diversification, concurrency, extractor operations, merging,
+de-duplication, training weights, async API.
+
+Bulk tests use precomputed unit vectors (embedding thousands of texts is too slow on 2
+cores); the retrieval and search_and_ask tests embed real texts with all-MiniLM-L6-v2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from comprl_gym.experience import (
+    ExperienceConfig,
+    ExperienceManager,
+    ExtractorOutputError,
+    Operation,
+    Provenance,
+    SentenceTransformerEmbedder,
+    default_embedder,
+    parse_extractor_output,
+    parse_merge_output,
+)
+from comprl_gym.experience.operations import ExperienceText
+
+DIM = 384
+
+
+@pytest.fixture(scope="module")
+def embedder() -> SentenceTransformerEmbedder:
+    return default_embedder()  # one model load per test process
+
+
+@pytest.fixture
+def manager(tmp_path, embedder):
+    m = ExperienceManager(tmp_path / "bank", embedder=embedder)
+    yield m
+    m.close()
+
+
+def unit(n: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, DIM))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def lesson(i: int | str) -> str:
+    return f"## Title: lesson {i}\n## Description: case {i}\n## Content: do thing {i}"
+
+
+LESSONS = {
+    "minihack": [
+        "## Title: Find the stairs\n## Description: MiniHack rooms\n## Content: Look for the '>' staircase and walk straight to it.",
+        "## Title: Avoid monsters\n## Description: rooms with monsters\n## Content: Step around adjacent monsters or fight when cornered.",
+    ],
+    "alfworld": [
+        "## Title: Heat food\n## Description: heating tasks\n## Content: Take the food, go to the microwave, heat it, then place it.",
+        "## Title: Search receptacles\n## Description: finding objects\n## Content: Open drawers and cabinets one by one until the object appears.",
+    ],
+    "webshop": [
+        "## Title: Buy within budget\n## Description: shopping\n## Content: Check the price limit before clicking buy now; select every option first.",
+    ],
+}
+
+
+def test_retrieval_with_real_embeddings_respects_family(manager):
+    for family, items in LESSONS.items():
+        manager.add(items, Provenance(task_ids=(f"{family}-task",)), env_family=family)
+    general = manager.add(
+        [
+            "## Title: Read the task\n## Description: any task\n## Content: Re-read the goal before acting."
+        ]
+    )
+    hits = manager.retrieve(
+        "where is the staircase down?", k=1, env_family="minihack", diversify=False
+    )
+    assert hits[0].experience.title == "Find the stairs" and hits[0].score > 0.3
+    hits = manager.retrieve("how do I warm up an egg", k=1, env_family="alfworld", diversify=False)
+    assert hits[0].experience.title == "Heat food"
+    fams = {
+        h.experience.env_family
+        for h in manager.retrieve("anything at all", k=10, env_family="webshop")
+    }
+    assert fams <= {"webshop", None} and general[0] in [
+        h.id for h in manager.retrieve("re-read the goal", k=10, env_family="webshop")
+    ]
+    assert manager.retrieve("") == [] and manager.retrieve("   \n") == []
+    assert len(manager.retrieve("stairs " * 50_000, k=1)) == 1  # huge query is cut, not fatal
+    assert len(manager.retrieve(b"stairs \xff\xfe".decode("latin-1"), k=1)) == 1
+
+
+def test_diversification_spreads_near_equal_candidates_and_off_means_plain_top_k(
+    tmp_path, embedder
+):
+    base = unit(1, 0)[0]
+    near = base + 0.02 * unit(20, 1)
+    m = ExperienceManager(tmp_path / "div", ExperienceConfig(seed=3), embedder=embedder)
+    ids = m.add([lesson(i) for i in range(20)], vectors=near)
+    m.add([lesson(f"far{i}") for i in range(50)], vectors=unit(50, 2))
+    plain_ids, _ = m.store.exact_search(base[None, :], 3, m.store.family_keys(None))
+    for _ in range(30):
+        hits = m.retrieve_by_vector(base, k=3, diversify=False)
+        assert [h.id for h in hits] == plain_ids[0].tolist()
+    counts: dict[int, int] = {}
+    for _ in range(120):
+        for hit in m.retrieve_by_vector(base, k=1):
+            counts[hit.id] = counts.get(hit.id, 0) + 1
+    assert set(counts) <= set(ids)
+    # without diversification one experience would take all 120; the reference's rank-based
+    # score spreads them over the top few (a log-count penalty needs many uses to beat a rank)
+    assert len(counts) >= 3, counts
+    assert max(counts.values()) <= 0.65 * 120, counts
+    m.close()
+
+
+def test_query_batching_groups_concurrent_queries(manager):
+    manager.add([lesson(i) for i in range(100)], vectors=unit(100, 4))
+    queries = unit(64, 5)
+    results: list = [None] * 64
+
+    def ask(i: int) -> None:
+        results[i] = manager.retrieve_by_vector(queries[i], k=2, diversify=False)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(r is not None and len(r) == 2 for r in results)
+    assert manager.stats()["mean_batch_size"] > 1.5
+
+
+def test_concurrent_writers_and_readers_lose_nothing_and_agree(tmp_path, embedder):
+    config = ExperienceConfig(
+        query_batch_size=32,
+        stats_flush_interval_s=0.2,
+        index_autosave_changes=500,
+        sqlite_synchronous="NORMAL",
+    )
+    m = ExperienceManager(tmp_path / "conc", config, embedder=embedder)
+    seed_ids = m.add([lesson(f"seed{i}") for i in range(64)], vectors=unit(64, 6))
+    acked: dict[int, list[int]] = {w: [] for w in range(8)}
+    dropped: dict[int, list[int]] = {w: [] for w in range(8)}
+    errors: list[BaseException] = []
+    reads = [0]
+
+    def writer(w: int) -> None:
+        rng = random.Random(w)
+        try:
+            for n in range(150):
+                op = rng.random()
+                if op < 0.6:
+                    acked[w].extend(
+                        m.add(
+                            [lesson(f"w{w}-{n}")],
+                            Provenance(task_ids=(f"w{w}",)),
+                            vectors=unit(1, 1000 * w + n),
+                        )
+                    )
+                elif op < 0.8 and acked[w]:
+                    victim = acked[w].pop(rng.randrange(len(acked[w])))
+                    result = m.apply_operations([Operation("drop", (1,))], [victim])
+                    assert result.ok and result.dropped == [victim]
+                    dropped[w].append(victim)
+                else:
+                    m.report_outcome(rng.sample(seed_ids, 3), won=rng.random() < 0.5)
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    def reader(r: int) -> None:
+        try:
+            queries = unit(40, 50_000 + r)
+            for q in queries:
+                hits = m.retrieve_by_vector(q, k=4, timeout=60)
+                assert 1 <= len(hits) <= 4
+                reads[0] += 1
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    threads += [threading.Thread(target=reader, args=(r,)) for r in range(32)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(1.0, 240 - (time.monotonic() - start)))
+    assert not any(t.is_alive() for t in threads), "deadlock: threads still running"
+    assert not errors, errors[:3]
+    assert reads[0] == 32 * 40
+    live = {e.id for e in m.experiences()}
+    for w in range(8):
+        assert set(acked[w]) <= live
+        assert not set(dropped[w]) & live
+    stats = m.get(seed_ids)
+    assert all(e.uses >= e.wins for e in stats)
+    assert m.check_consistency()["ok"]
+    m.close()
+    reopened = ExperienceManager(tmp_path / "conc", config, embedder=embedder)
+    assert {e.id for e in reopened.experiences()} == live and reopened.check_consistency()["ok"]
+    reopened.close()
+
+
+GOOD = """<think>The agent circled the room.</think>
+<answer>
+[
+  {"function_name": "add", "parameters": {"new_memory": "## Title: Walk to stairs\\n## Description: lit rooms\\n## Content: Move toward '>' directly."}},
+  {"function_name": "update", "parameters": {"idx": [1, 2], "updated_memory": "<title>Doors</title><content>Open doors before walking through.</content>"}},
+  {"function_name": "drop", "parameters": {"idx": [3]}},
+  {"function_name": "upvote", "parameters": {"idx": [4]}}
+]
+</answer>"""
+
+
+def test_parse_well_formed_extractor_output():
+    ops = parse_extractor_output(GOOD, n_shown=4)
+    assert [(o.kind, o.idx) for o in ops] == [
+        ("add", ()),
+        ("update", (1, 2)),
+        ("drop", (3,)),
+        ("upvote", (4,)),
+    ]
+    assert ops[0].text == ExperienceText("Walk to stairs", "lit rooms", "Move toward '>' directly.")
+    assert (
+        ops[1].text.title == "Doors" and ops[1].text.content == "Open doors before walking through."
+    )
+    assert parse_extractor_output("<think>nothing new</think><answer>[]</answer>") == []
+    assert parse_extractor_output("<answer>return</answer>") == []
+    fenced = '<answer>```json\n[{"function_name": "add", "parameters": {"new_memory": "Plain lesson text"}}]\n```</answer>'
+    assert parse_extractor_output(fenced)[0].text.content == "Plain lesson text"
+    merge = parse_merge_output(
+        '<answer>[{"function_name": "merge", "parameters": {"idx": [1, 2], "merged_memory": "x y"}},'
+        ' {"function_name": "keep", "parameters": {"idx": [3]}}]</answer>',
+        3,
+    )
+    assert [o.kind for o in merge] == ["merge", "keep"]
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "no tags at all",
+        "<think>x</think>",
+        '<answer>[{"function_name": "add", "parameters": {"new_memory": "x"}</answer>',  # bad JSON
+        '<answer>{"a": 1}</answer>',
+        '<answer>"text"</answer>',
+        '<answer>[{"function_name": "explode", "parameters": {}}]</answer>',
+        '<answer>[{"function_name": "add", "parameters": {}}]</answer>',
+        '<answer>[{"function_name": "add", "parameters": {"new_memory": "   "}}]</answer>',
+        '<answer>[{"function_name": "drop", "parameters": {"idx": [9]}}]</answer>',
+        '<answer>[{"function_name": "drop", "parameters": {"idx": []}}]</answer>',
+        '<answer>[{"function_name": "update", "parameters": {"idx": ["1"], "updated_memory": "x"}}]</answer>',
+        "<answer>[1, 2]</answer>",
+    ],
+)
+def test_broken_extractor_output_raises_and_changes_nothing(manager, broken):
+    ids = manager.add([lesson(i) for i in range(3)], vectors=unit(3, 7))
+    before = [e.to_dict() for e in manager.experiences(include_inactive=True)]
+    with pytest.raises(ExtractorOutputError):
+        parse_extractor_output(broken, n_shown=3)
+    result = manager.apply_extractor_output(broken, ids, Provenance(actor_step=5))
+    assert not result.ok and result.error
+    assert [e.to_dict() for e in manager.experiences(include_inactive=True)] == before
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=300))
+def test_parser_never_fails_other_than_with_extractor_output_error(text):
+    for candidate in (text, f"<answer>{text}</answer>", f"<answer>[{text}]</answer>"):
+        with contextlib.suppress(ExtractorOutputError):
+            parse_extractor_output(candidate, n_shown=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "update", "drop"]),
+            st.lists(st.integers(1, 5), min_size=1, max_size=3),
+            st.text(
+                alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40
+            ).filter(str.strip),
+        ),
+        max_size=5,
+    )
+)
+def test_well_formed_operations_round_trip(spec):
+    import json
+
+    items = []
+    for kind, idx, text in spec:
+        params = {"new_memory": text} if kind == "add" else {"idx": idx}
+        if kind == "update":
+            params["updated_memory"] = text
+        items.append({"function_name": kind, "parameters": params})
+    ops = parse_extractor_output(f"<think>t</think><answer>{json.dumps(items)}</answer>", n_shown=5)
+    assert [o.kind for o in ops] == [k for k, _, _ in spec]
+    for op, (kind, idx, _) in zip(ops, spec):
+        assert op.idx == (() if kind == "add" else tuple(dict.fromkeys(idx)))
+
+
+def test_apply_operations_is_atomic_and_keeps_provenance(manager):
+    ids = manager.add(
+        [lesson(i) for i in range(4)],
+        Provenance(task_ids=("old",)),
+        env_family="minihack",
+        vectors=unit(4, 8),
+    )
+    prov = Provenance(
+        task_ids=("task-7",),
+        trajectory_ids=("traj-7a", "traj-7b"),
+        actor_step=42,
+        policy_version="v9",
+    )
+    result = manager.apply_extractor_output(GOOD, ids, prov)
+    assert result.ok, result.error
+    [added] = result.added
+    [(updated, replaced)] = result.updated.items()
+    assert replaced == [ids[0], ids[1]] and result.dropped == [ids[2]] and result.voted == [ids[3]]
+    assert result.written_ids == [added, updated]
+    new = manager.get_one(updated)
+    assert new.merged_from == [ids[0], ids[1]] and new.env_family == "minihack"
+    assert (
+        new.source_task_ids,
+        new.source_trajectory_ids,
+        new.created_step,
+        new.policy_version,
+    ) == (["task-7"], ["traj-7a", "traj-7b"], 42, "v9")
+    old = manager.get([ids[0], ids[1], ids[2]])
+    assert [e.status for e in old] == ["merged", "merged", "dropped"] and old[
+        0
+    ].replaced_by == updated
+    assert manager.get_one(ids[3]).upvotes == 1
+    assert manager.check_consistency()["ok"]
+    # atomicity: a valid add followed by an out-of-range drop applies nothing
+    count = len(manager)
+    bad = [Operation("add", (), ExperienceText("t", "d", "c")), Operation("drop", (7,))]
+    assert not manager.apply_operations(bad, ids).ok and len(manager) == count
+
+
+def test_report_outcome_training_weights_and_cooldown(tmp_path, embedder):
+    m = ExperienceManager(
+        tmp_path / "w",
+        ExperienceConfig(train_weight_power=0.5, train_cooldown_steps=3),
+        embedder=embedder,
+    )
+    a, b = m.add([lesson(1), lesson(2)], vectors=unit(2, 9))
+    m.report_outcome([a, b, a], won=True)
+    m.report_outcome([a], won=False)
+    assert (m.get_one(a).wins, m.get_one(a).uses, m.get_one(a).reward) == (1, 2, 0.0)
+    assert (m.get_one(b).wins, m.get_one(b).uses, m.get_one(b).reward) == (1, 1, 1.0)
+    assert m.training_weights([a, b], actor_step=10) == [1.0, 1.0]
+    m.mark_trained([a], actor_step=10)
+    assert m.training_weights([a, b], actor_step=11) == [0.0, 1.0]  # inside the cooldown
+    assert m.training_weights([a], actor_step=13) == [pytest.approx(2**-0.5)]
+    m.mark_trained([a], actor_step=13)
+    assert m.training_weights([a], actor_step=20) == [pytest.approx(3**-0.5)]
+    assert m.sample_weights([[a, b], [b]], actor_step=20) == [pytest.approx(3**-0.5), 1.0]
+    assert m.select_for_training([a, b, 999], actor_step=14) == [(b, 1.0)]
+    m.close()
+
+
+def test_dedupe_retires_near_duplicates_and_keeper_inherits_stats(manager):
+    base = unit(3, 10)
+    dupes = np.vstack([base[0], base[0] + 0.001 * unit(1, 11)[0], base[1], base[2]])
+    a, a2, b, c = manager.add([lesson(i) for i in range(4)], vectors=dupes)
+    manager.report_outcome([a2], won=True)
+    retired = manager.dedupe(threshold=0.99)
+    assert retired == [a]  # a2 has more uses, so it is kept
+    keeper = manager.get_one(a2)
+    assert keeper.merged_from == [a] and keeper.uses == 1 and manager.get_one(a).replaced_by == a2
+    assert {e.id for e in manager.experiences()} == {a2, b, c}
+    assert manager.dedupe(threshold=0.99) == [] and manager.check_consistency()["ok"]
+
+
+def test_merge_slides_over_the_whole_store_with_provenance(manager):
+    vectors = unit(12, 12)
+    ids = []
+    for i in range(12):
+        ids += manager.add(
+            [lesson(i)],
+            Provenance(task_ids=(f"task-{i}",), trajectory_ids=(f"tr-{i}",)),
+            vectors=vectors[i : i + 1],
+        )
+    seen: list[list[int]] = []
+
+    def extractor(window):
+        seen.append([e.id for e in window])
+        if len(seen) == 2:
+            return "<think>broken</think> no answer here"
+        return (
+            '<think>first two overlap</think><answer>[{"function_name": "merge", "parameters": {"idx": [1, 2], '
+            '"merged_memory": "## Title: merged\\n## Description: both\\n## Content: combined"}}, '
+            '{"function_name": "drop", "parameters": {"idx": [3]}}]</answer>'
+        )
+
+    report = manager.merge(extractor, actor_step=77, policy_version="v2")
+    covered = [i for window in seen for i in window]
+    assert sorted(covered) == sorted(ids) and len(covered) == len(set(covered))  # every entry, once
+    assert report.pass_complete and report.failed_windows == 1 and report.windows == len(seen)
+    assert len(report.merged) == len(seen) - 1 and len(report.dropped) == len(seen) - 1
+    for new_id, sources in report.merged.items():
+        new = manager.get_one(new_id)
+        assert new.merged_from == sources and new.created_step == 77 and new.policy_version == "v2"
+        assert sorted(new.source_task_ids) == sorted(f"task-{ids.index(s)}" for s in sources)
+        assert all(e.status == "merged" and e.replaced_by == new_id for e in manager.get(sources))
+    untouched = seen[1]
+    assert all(e.status == "active" for e in manager.get(untouched))
+    assert manager.check_consistency()["ok"]
+    # maybe_merge runs only every merge_interval_steps
+    assert manager.maybe_merge(100, lambda w: "<answer>[]</answer>") is not None
+    assert manager.maybe_merge(120, lambda w: "<answer>[]</answer>") is None
+
+
+def test_search_and_ask_with_refiner_and_failing_refiner(manager):
+    manager.add(LESSONS["alfworld"], env_family="alfworld")
+    calls = []
+
+    def refiner(question, experiences, context):
+        calls.append((question, [e.title for e in experiences], context["task"]))
+        return "Use the microwave."
+
+    answer, ids = manager.search_and_ask(
+        "how to heat?", k=2, env_family="alfworld", refiner=refiner, context={"task": "heat egg"}
+    )
+    assert answer == "Use the microwave." and len(ids) == 2 and calls[0][2] == "heat egg"
+
+    def broken(question, experiences, context):
+        raise RuntimeError("model died")
+
+    answer, ids = manager.search_and_ask("how to heat?", k=1, env_family="alfworld", refiner=broken)
+    assert "## Title:" in answer and len(ids) == 1
+
+
+def test_async_api(manager):
+    async def main():
+        ids = await manager.aadd([lesson(i) for i in range(10)], vectors=unit(10, 13))
+        results = await asyncio.gather(*(manager.aretrieve(f"lesson {i}", k=2) for i in range(10)))
+        await manager.areport_outcome(ids[:2], True)
+        answer, hit_ids = await manager.asearch_and_ask("lesson 3", k=1)
+        return ids, results, answer, hit_ids
+
+    ids, results, answer, hit_ids = asyncio.run(main())
+    assert all(len(r) == 2 for r in results) and manager.get_one(ids[0]).wins == 1 and hit_ids

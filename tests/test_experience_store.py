@@ -1,0 +1,314 @@
+"""ExperienceStore: recall, durability, corruption handling, SIGKILL, export/import, bad input.
+
+Vectors: the recall and crash tests use precomputed clustered random unit vectors (384-d, the
+default model's dimension) because embedding 10,000 texts takes ~50 s on 2 cores; the
+end-to-end tests embed real texts with the packaged all-MiniLM-L6-v2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from comprl_gym.core import ConfigurationError, DataError
+from comprl_gym.experience import (
+    ExperienceConfig,
+    ExperienceStore,
+    Provenance,
+    SentenceTransformerEmbedder,
+    default_embedder,
+)
+
+DIM = 384
+
+
+@pytest.fixture(scope="module")
+def embedder() -> SentenceTransformerEmbedder:
+    return default_embedder()  # one model load per test process
+
+
+def clustered(n: int, seed: int = 0, intrinsic: int = 24, noise: float = 0.05) -> np.ndarray:
+    """Unit vectors on a noisy 24-dimensional subspace of R^384: like sentence embeddings,
+    whose intrinsic dimension is far below 384 (i.i.d. Gaussian vectors have no neighbour
+    structure at all and are not what a store of lessons holds)."""
+    rng = np.random.default_rng(seed)
+    basis = np.random.default_rng(12345).normal(size=(intrinsic, DIM))
+    points = rng.normal(size=(n, intrinsic)) @ basis + noise * np.sqrt(intrinsic) * rng.normal(
+        size=(n, DIM)
+    )
+    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+
+
+def texts(n: int, start: int = 0) -> list[str]:
+    return [
+        f"## Title: lesson {i}\n## Description: case {i}\n## Content: do thing {i}"
+        for i in range(start, start + n)
+    ]
+
+
+@pytest.mark.slow
+def test_recall_at_8_against_exact_search_on_10000(tmp_path, embedder):
+    store = ExperienceStore(tmp_path / "bank", embedder)
+    vectors = clustered(10_000)
+    store.add_texts(texts(10_000), vectors=vectors)
+    queries = clustered(300, seed=1)
+    approx, _ = store.search(queries, 8, store.family_keys(None))
+    exact, _ = store.exact_search(queries, 8, store.family_keys(None))
+    recall = np.mean([len(set(a) & set(e)) / 8 for a, e in zip(approx, exact)])
+    assert recall >= 0.99, recall
+    store.close()
+
+
+def test_reopen_keeps_everything_and_index_agrees(tmp_path, embedder):
+    path = tmp_path / "bank"
+    store = ExperienceStore(path, embedder)
+    prov = Provenance(
+        task_ids=("t1",), trajectory_ids=("traj-9",), actor_step=7, policy_version="v3"
+    )
+    ids = store.add_texts(texts(50), prov, env_family="minihack", vectors=clustered(50))
+    before = store.search(clustered(5, seed=3), 5, ["minihack"])
+    store.close()
+    store = ExperienceStore(path, embedder)
+    assert store.count() == 50 and store.check_consistency()["ok"]
+    exp = store.get([ids[3]])[0]
+    assert (
+        exp.source_task_ids,
+        exp.source_trajectory_ids,
+        exp.created_step,
+        exp.policy_version,
+        exp.env_family,
+    ) == (["t1"], ["traj-9"], 7, "v3", "minihack")
+    after = store.search(clustered(5, seed=3), 5, ["minihack"])
+    np.testing.assert_array_equal(before[0], after[0])
+    store.close()
+
+
+def test_index_missing_after_crash_is_rebuilt_from_sqlite(tmp_path, embedder):
+    path = tmp_path / "bank"
+    store = ExperienceStore(path, embedder, ExperienceConfig(index_autosave_changes=0))
+    store.add_texts(texts(40), vectors=clustered(40))
+    store._db.close()  # simulate a crash: nothing saved, index files never written
+    store._closed = True
+    assert not list(path.glob("index-*.usearch"))
+    reopened = ExperienceStore(path, embedder)
+    assert reopened.count() == 40 and reopened.check_consistency()["ok"]
+    reopened.close()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "flip"])
+def test_corrupt_index_raises_data_error_naming_file_and_repair_rebuilds(
+    tmp_path, embedder, damage
+):
+    path = tmp_path / "bank"
+    store = ExperienceStore(path, embedder)
+    store.add_texts(texts(200), vectors=clustered(200))
+    query = clustered(3, seed=5)
+    expected = store.search(query, 5, store.family_keys(None))[0]
+    store.close()
+    [index_file] = path.glob("index-*.usearch")
+    data = index_file.read_bytes()
+    if damage == "truncate":
+        index_file.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        index_file.write_bytes(b"\x00garbage" * 100)
+    else:
+        flipped = bytearray(data)
+        flipped[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+        index_file.write_bytes(bytes(flipped))
+    with pytest.raises(DataError) as info:
+        ExperienceStore(path, embedder)
+    assert index_file.name in str(info.value) and "repair=True" in str(info.value)
+    repaired = ExperienceStore(path, embedder, repair=True)
+    assert repaired.count() == 200 and repaired.check_consistency()["ok"]
+    np.testing.assert_array_equal(
+        repaired.search(query, 5, repaired.family_keys(None))[0], expected
+    )
+    repaired.close()
+
+
+def test_corrupt_database_raises_and_repair_salvages_keeping_the_damaged_file(tmp_path, embedder):
+    path = tmp_path / "bank"
+    store = ExperienceStore(path, embedder)
+    store.add_texts([t + " " + "pad " * 100 for t in texts(2000)], vectors=clustered(2000))
+    store.close()
+    db = path / "experiences.sqlite3"
+    data = bytearray(db.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 8192] = os.urandom(8192)
+    db.write_bytes(bytes(data))
+    with pytest.raises(DataError) as info:
+        ExperienceStore(path, embedder)
+    assert "experiences.sqlite3" in str(info.value)
+    repaired = ExperienceStore(path, embedder, repair=True)
+    assert 1900 <= repaired.count() < 2000  # the rows on the damaged pages are gone, the rest kept
+    assert repaired.check_consistency()["ok"]
+    assert list(path.glob("experiences.sqlite3.corrupt-*"))
+    repaired.close()
+
+    db.write_bytes(b"not a database" * 100)
+    with pytest.raises(DataError, match="experiences.sqlite3"):
+        ExperienceStore(path, embedder)
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys, numpy as np
+    from comprl_gym.experience import ExperienceStore, ExperienceConfig
+    store = ExperienceStore(sys.argv[1], config=ExperienceConfig(index_autosave_changes=97))
+    rng = np.random.default_rng(int(sys.argv[2]))
+    batch = 5
+    for n in range(100000):
+        items = [f"## Title: w{n}-{j}\\n## Description: d\\n## Content: c" for j in range(batch)]
+        vectors = rng.normal(size=(batch, 384)).astype(np.float32)
+        ids = store.add_texts(items, vectors=vectors)
+        print(" ".join(map(str, ids)), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_write_keeps_every_acknowledged_write(tmp_path):
+    path = tmp_path / "bank"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    for round_ in range(2):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(path), str(round_)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        acked: list[int] = []
+        deadline = time.monotonic() + 120
+        assert proc.stdout is not None
+        while len(acked) < 400 + 200 * round_ and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            acked.extend(int(x) for x in line.split())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert len(acked) >= 400, "the writer did not get going"
+        store = ExperienceStore(path)
+        assert store.check_consistency()["ok"]
+        present = set(store.active_ids())
+        assert set(acked) <= present
+        assert store.count() % 5 == 0  # a killed batch is all-or-nothing
+        assert len(store.get(acked)) == len(acked)
+        store.close()
+
+
+def test_export_import_same_model_keeps_vectors_stats_and_provenance(tmp_path, embedder):
+    source = ExperienceStore(tmp_path / "a", embedder)
+    prov = Provenance(
+        task_ids=("task-1",), trajectory_ids=("tr-1",), actor_step=11, policy_version="p"
+    )
+    ids = source.add_texts(texts(30), prov, env_family="webshop", vectors=clustered(30))
+    with source.transaction() as cur:
+        cur.execute("UPDATE experiences SET wins = 2, uses = 3 WHERE id = ?", (ids[0],))
+        [new] = source.insert(
+            cur,
+            source.to_texts(texts(1, 99)),
+            clustered(1, seed=9),
+            prov,
+            "webshop",
+            merged_from=[[ids[1], ids[2]]],
+        )
+        source.retire(cur, [ids[1], ids[2]], "merged", replaced_by=new)
+    bank = source.export(tmp_path / "bank")
+    manifest = json.loads((bank / "manifest.json").read_text())
+    assert manifest["embedding_model"] == embedder.name and manifest["embedding_dim"] == DIM
+    assert {"experiences.jsonl", "vectors.npy", "index.usearch"} <= set(manifest["files"])
+
+    target = ExperienceStore(tmp_path / "b", embedder)
+    target.add_texts(texts(3, 500), vectors=clustered(3, seed=4))  # ids collide with the bank's
+    mapping = target.import_bank(bank)
+    assert len(mapping) == 31 and target.count() == 3 + 29 and target.check_consistency()["ok"]
+    got = target.get([mapping[ids[0]]])[0]
+    assert (got.wins, got.uses, got.source_task_ids, got.created_step, got.env_family) == (
+        2,
+        3,
+        ["task-1"],
+        11,
+        "webshop",
+    )
+    merged = target.get([mapping[new]])[0]
+    assert merged.merged_from == [mapping[ids[1]], mapping[ids[2]]]
+    assert target.get([mapping[ids[1]]])[0].replaced_by == mapping[new]
+    np.testing.assert_allclose(
+        target.vectors([mapping[ids[5]]]), source.vectors([ids[5]]), atol=1e-6
+    )
+    source.close()
+    target.close()
+
+
+class OtherModel:
+    """Stands for a different sentence-transformers model (another name and dimension)."""
+
+    name = "other-model"
+    dim = 16
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        rng = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=16) for t in texts]
+        out = np.array(rng, dtype=np.float32).reshape(len(texts), 16)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_import_into_store_with_another_model_refuses_or_reembeds(tmp_path, embedder):
+    source = ExperienceStore(tmp_path / "a", embedder)
+    source.add_texts(texts(5), vectors=clustered(5))
+    bank = source.export(tmp_path / "bank")
+    source.close()
+    other = ExperienceStore(tmp_path / "c", OtherModel())
+    with pytest.raises(ConfigurationError, match="reembed=True"):
+        other.import_bank(bank)
+    assert other.count() == 0
+    assert len(other.import_bank(bank, reembed=True)) == 5
+    assert other.count() == 5 and other.check_consistency()["ok"]
+    other.close()
+    with pytest.raises(ConfigurationError, match="other-model"):
+        ExperienceStore(tmp_path / "c", embedder)  # reopening with the wrong model is refused
+
+
+def test_damaged_bank_is_refused_with_the_file_named(tmp_path, embedder):
+    source = ExperienceStore(tmp_path / "a", embedder)
+    source.add_texts(texts(5), vectors=clustered(5))
+    bank = source.export(tmp_path / "bank")
+    source.close()
+    jsonl = bank / "experiences.jsonl"
+    jsonl.write_text(jsonl.read_text()[:-20])
+    target = ExperienceStore(tmp_path / "b", embedder)
+    with pytest.raises(DataError, match="experiences.jsonl"):
+        target.import_bank(bank)
+    assert target.count() == 0
+    target.close()
+
+
+def test_bad_texts_are_refused_and_odd_text_is_stored_safely(tmp_path, embedder):
+    store = ExperienceStore(tmp_path / "bank", embedder)
+    with pytest.raises(ConfigurationError, match="empty"):
+        store.add_texts(["   "])
+    with pytest.raises(ConfigurationError, match="max_text_chars"):
+        store.add_texts(["x" * 20000])
+    assert store.count() == 0
+    ids = store.add_texts(
+        [b"## Title: caf\xe9\n## Content: bytes that are not UTF-8", "lone \udcff surrogate"]
+    )
+    got = store.get(ids)
+    assert got[0].title == "caf\ufffd" and "surrogate" in got[1].content
+    # real embeddings: a relevant query finds the relevant text
+    ids = store.add_texts(
+        [
+            "## Title: Heating food\n## Description: ALFWorld\n## Content: put the egg in the microwave and heat it"
+        ]
+    )
+    hits, _ = store.search(embedder.encode(["how do I heat an egg?"]), 1, store.family_keys(None))
+    assert hits[0][0] == ids[0]
+    store.close()

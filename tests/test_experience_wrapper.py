@@ -1,0 +1,185 @@
+"""ExperienceAugmentedEnv over a small TextEnv, MiniHack and WebShop: injection, search budget,
+no inner step on a search, experience ids, outcome reporting."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import comprl_gym  # noqa: F401 - registers the ids
+from comprl_gym.agents.base import make_agent
+from comprl_gym.core import TextEnv, Transition
+from comprl_gym.experience import (
+    ExperienceManager,
+    Provenance,
+    SentenceTransformerEmbedder,
+    default_embedder,
+)
+from comprl_gym.wrappers import ExperienceAugmentedEnv
+
+
+class CounterEnv(TextEnv):
+    """Say "inc" three times to win; counts every inner step it is given."""
+
+    env_family = "minihack"
+
+    def __init__(self, max_steps: int = 6):
+        super().__init__(max_steps=max_steps)
+        self.inner_steps = 0
+        self.value = 0
+
+    def _reset_task(self, seed, options):
+        self.task, self.task_id, self.value = (
+            "reach the staircase by counting to three",
+            f"counter-{seed}",
+            0,
+        )
+        return "value 0", {}
+
+    def _step_task(self, action):
+        self.inner_steps += 1
+        if action.strip() != "inc":
+            return Transition(observation=f"bad action {action!r}", invalid_action=True)
+        self.value += 1
+        won = self.value >= 3
+        return Transition(
+            observation=f"value {self.value}",
+            reward=float(won),
+            terminated=won,
+            won=won,
+            score=float(won),
+        )
+
+    def admissible_actions(self):
+        return ["inc", "wait"]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> SentenceTransformerEmbedder:
+    return default_embedder()  # one model load per test process
+
+
+@pytest.fixture
+def manager(tmp_path, embedder):
+    m = ExperienceManager(tmp_path / "bank", embedder=embedder)
+    m.add(
+        [
+            "## Title: Find the stairs\n## Description: MiniHack rooms\n## Content: walk to the '>' staircase",
+            "## Title: Count up\n## Description: counting tasks\n## Content: say inc until you reach three",
+        ],
+        Provenance(task_ids=("seed",)),
+        env_family="minihack",
+    )
+    m.add(
+        [
+            "## Title: Buy carefully\n## Description: WebShop\n## Content: select options then buy now"
+        ],
+        env_family="webshop",
+    )
+    yield m
+    m.close()
+
+
+def test_budget_no_inner_step_ids_and_outcome_on_a_small_env(manager):
+    inner = CounterEnv()
+    env = ExperienceAugmentedEnv(inner, manager, inject_top_k=2, search_budget=2, search_top_k=1)
+    obs, info = env.reset(seed=1)
+    assert (
+        "Lessons from past experience" in obs
+        and "search_and_ask" in obs
+        and obs.endswith("value 0")
+    )
+    assert len(info["experience_ids"]) == 2 and info["search_and_ask_calls"] == 0
+    assert "search_and_ask[<question>]" in info["admissible_actions"]
+    injected = list(info["experience_ids"])
+
+    obs, reward, term, trunc, info = env.step("search_and_ask[how do I win a counting task?]")
+    assert inner.inner_steps == 0 and info["step"] == 0 and reward == 0.0 and not (term or trunc)
+    assert "Knowledge base answer" in obs and obs.endswith("value 0") and not info["invalid_action"]
+    assert (
+        info["search_and_ask_calls"] == 1
+        and info["search_and_ask"]["question"] == "how do I win a counting task?"
+    )
+    assert set(info["experience_ids"]) >= set(injected)
+
+    obs, *_, info = env.step(
+        "I think... <knowledge_search_and_ask>stairs?</knowledge_search_and_ask>"
+    )
+    assert info["search_and_ask_calls"] == 2 and inner.inner_steps == 0
+    assert "search_and_ask[<question>]" not in info["admissible_actions"]
+
+    obs, reward, term, trunc, info = env.step("search_and_ask[again?]")
+    assert (
+        info["invalid_action"]
+        and "budget" in obs
+        and inner.inner_steps == 0
+        and info["search_and_ask_calls"] == 2
+    )
+    obs, *_, info = env.step("search_and_ask[]")
+    assert info["invalid_action"] and "empty" in obs
+
+    for _ in range(3):
+        obs, reward, term, trunc, info = env.step("inc")
+    assert term and info["won"] and inner.inner_steps == 3
+    shown = info["experience_ids"]
+    assert all((e.uses, e.wins) == (1, 1) for e in manager.get(shown))
+    env.reset(seed=2)
+    assert all(e.uses == 1 for e in manager.get(shown))
+
+
+def test_over_budget_calls_count_toward_truncation(manager):
+    env = ExperienceAugmentedEnv(CounterEnv(max_steps=4), manager, inject_top_k=1, search_budget=0)
+    _, info = env.reset(seed=0)
+    assert "search_and_ask[<question>]" not in info["admissible_actions"]
+    truncated = False
+    for _ in range(4):
+        _, _, _, truncated, info = env.step("search_and_ask[help]")
+    assert truncated and env.unwrapped.inner_steps == 0
+    [eid] = info["experience_ids"]
+    assert (manager.get_one(eid).uses, manager.get_one(eid).wins) == (1, 0)
+
+
+@pytest.mark.filterwarnings("ignore:.*different from the unwrapped version")
+def test_wrapper_passes_the_gymnasium_env_checker(manager):
+    check_env(ExperienceAugmentedEnv(CounterEnv(), manager), skip_render_check=True)
+
+
+@pytest.mark.slow
+def test_wrapper_over_minihack(manager):
+    env = ExperienceAugmentedEnv(gym.make("comprl/MiniHack-Room-5x5-v0"), manager, inject_top_k=2)
+    obs, info = env.reset(seed=0)
+    assert "Find the stairs" in obs and all(
+        e.env_family == "minihack" for e in manager.get(info["experience_ids"])
+    )
+    inner_before = env.unwrapped.render_text()
+    obs, reward, term, trunc, info = env.step("search_and_ask[where are the stairs?]")
+    assert (
+        info["step"] == 0
+        and env.unwrapped.render_text() == inner_before
+        and "Knowledge base answer" in obs
+    )
+    expert = make_agent("expert", env)
+    expert.reset(info["task"], info)
+    while not (term or trunc):
+        obs, reward, term, trunc, info = env.step(expert.act(obs, info))
+    assert info["won"]
+    assert all(e.wins == 1 and e.uses == 1 for e in manager.get(info["experience_ids"]))
+    env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("comprl_gym.envs.webshop") is None, reason="WebShop family not present"
+)
+def test_wrapper_over_webshop(manager):
+    env = ExperienceAugmentedEnv(gym.make("comprl/WebShop-v0"), manager, inject_top_k=3)
+    obs, info = env.reset(seed=0)
+    assert info["env_family"] == "webshop"
+    assert {e.env_family for e in manager.get(info["experience_ids"])} == {"webshop"}
+    step_before = info["step"]
+    obs, *_, info = env.step("search_and_ask[how do I pick the right options?]")
+    assert info["step"] == step_before and info["search_and_ask_calls"] == 1
+    env.close()
