@@ -3,7 +3,8 @@ no inner step on a search, experience ids, outcome reporting."""
 
 from __future__ import annotations
 
-import importlib.util
+import subprocess
+import sys
 
 import gymnasium as gym
 import pytest
@@ -171,15 +172,49 @@ def test_wrapper_over_minihack(manager):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("comprl_gym.envs.webshop") is None, reason="WebShop family not present"
+@pytest.mark.parametrize(
+    "env_id, kwargs",
+    [
+        ("comprl/WebShop-v0", {}),
+        ("comprl/ALFWorld-v0", {"split": "train"}),
+        ("comprl/SWEBench-v0", {"sandbox": "bubblewrap"}),
+    ],
 )
-def test_wrapper_over_webshop(manager):
-    env = ExperienceAugmentedEnv(gym.make("comprl/WebShop-v0"), manager, inject_top_k=3)
-    obs, info = env.reset(seed=0)
-    assert info["env_family"] == "webshop"
-    assert {e.env_family for e in manager.get(info["experience_ids"])} == {"webshop"}
-    step_before = info["step"]
-    obs, *_, info = env.step("search_and_ask[how do I pick the right options?]")
-    assert info["step"] == step_before and info["search_and_ask_calls"] == 1
-    env.close()
+def test_wrapper_over_every_other_family(manager, env_id, kwargs):
+    env = ExperienceAugmentedEnv(gym.make(env_id, **kwargs), manager, inject_top_k=3)
+    try:
+        obs, info = env.reset(seed=0)
+        family = info["env_family"]
+        assert {e.env_family for e in manager.get(info["experience_ids"])} <= {family}
+        inner_view = env.unwrapped.render_text()
+        obs, reward, term, trunc, info = env.step("search_and_ask[what should I do first?]")
+        assert info["step"] == 0 and reward == 0.0 and not (term or trunc)
+        assert env.unwrapped.render_text() == inner_view
+        assert info["search_and_ask_calls"] == 1 and "Knowledge base answer" in obs
+        inner_actions = env.unwrapped.admissible_actions()
+        if inner_actions is None:
+            assert info["admissible_actions"] is None
+        else:
+            assert "search_and_ask[<question>]" in info["admissible_actions"]
+        expert = make_agent("expert", env)
+        expert.reset(info["task"], info)
+        obs, reward, term, trunc, info = env.step(expert.act(obs, info))
+        assert info["step"] == 1 and not info["invalid_action"]
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+def test_alfworld_engine_still_works_when_the_store_loaded_usearch_first():
+    """usearch's statically linked libstdc++ breaks a Fast Downward library loaded after it."""
+    code = (
+        "from comprl_gym.experience.store import import_usearch; import_usearch()\n"
+        "import gymnasium as gym, comprl_gym\n"
+        "env = gym.make('comprl/ALFWorld-v0', split='train')\n"
+        "obs, info = env.reset(seed=0)\n"
+        "print('TASK', info['task'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0 and "TASK " in result.stdout, result.stdout + result.stderr

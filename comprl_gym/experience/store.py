@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import logging
 import os
 import re
 import sqlite3
+import sys
 import threading
 import time
 import zlib
@@ -151,6 +153,21 @@ def _row_to_experience(row: Sequence[Any]) -> Experience:
         upvotes=row[20],
         downvotes=row[21],
     )
+
+
+
+def import_usearch() -> Any:
+    """Import ``usearch.index``, loading Fast Downward's library first when it is installed.
+
+    usearch's wheel links libstdc++ statically and exports its process-wide unique symbols;
+    a Fast Downward library (ALFWorld's engine) loaded after it can no longer parse its input
+    ("Failed to match magic word 'end_version'", exit 33). Loaded before, both work.
+    """
+    if "usearch.index" not in sys.modules and importlib.util.find_spec("fast_downward"):
+        import fast_downward
+
+        fast_downward.load_lib()
+    return require("usearch.index", "the experience index", "experience")
 
 
 class ExperienceStore:
@@ -314,7 +331,7 @@ class ExperienceStore:
         return embedder, embedder.dim
 
     def _new_index(self) -> Any:
-        usearch = require("usearch.index", "the experience index", "experience")
+        usearch = import_usearch()
         cfg = self.config
         return usearch.Index(
             ndim=self.dim,
@@ -326,7 +343,7 @@ class ExperienceStore:
         )
 
     def _load_indexes(self, repair: bool) -> None:
-        usearch = require("usearch.index", "the experience index", "experience")
+        usearch = import_usearch()
         state = self._read_index_state()
         families = [
             r[0] or ""
