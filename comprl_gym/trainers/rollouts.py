@@ -1,0 +1,418 @@
+"""Play many episodes against one agent at once and record them as trajectories.
+
+:func:`collect_rollouts` keeps up to ``len(envs)`` episodes alive; each round, ONE batched
+``act_batch`` call decides an action for every live episode (one generation call for the
+model), then each env steps. A finished env immediately starts the next queued episode. Agents
+without ``act_batch`` (scripted ones) work too: each episode gets its own agent from
+``agent_factory``.
+
+Every model call becomes a :class:`Turn` with the prompt and completion token ids, the
+completion logprobs and a loss mask (prompt and env text 0, model tokens 1), so a trainer can
+rebuild exactly what was sampled. Trajectories round-trip through JSONL.
+
+Example:
+    >>> import gymnasium as gym, comprl_gym
+    >>> from comprl_gym.agents.llm_agent import agent_from_spec
+    >>> envs = [gym.make("comprl/MiniHack-Room-5x5-v0", max_steps=2) for _ in range(2)]
+    >>> agent = agent_from_spec("hf:tiny?max_tokens=4")
+    >>> trajs = collect_rollouts(envs, agent, seeds=[0, 1, 2])
+    >>> [len(t.turns) for t in trajs]
+    [2, 2, 2]
+    >>> sum(trajs[0].turns[0].loss_mask()) == len(trajs[0].turns[0].completion_token_ids)
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from comprl_gym.core import ComprlGymError, DataError
+from comprl_gym.llm.base import BackendError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Turn:
+    """One agent step: the model call and what the env answered.
+
+    ``observation`` is what the agent saw before acting; ``next_observation`` the env's answer.
+    Token fields are empty for agents without a model.
+    """
+
+    step: int
+    observation: str
+    action: str
+    next_observation: str = ""
+    text: str = ""
+    format_error: bool = False
+    method: str = ""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    completion_token_ids: list[int] = field(default_factory=list)
+    completion_logprobs: list[float] | None = None
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    invalid_action: bool = False
+    gen_time_s: float = 0.0
+    env_time_s: float = 0.0
+
+    def loss_mask(self) -> list[int]:
+        """1 for each token the model produced, 0 for the prompt (env text is never trained)."""
+        return [0] * len(self.prompt_token_ids) + [1] * len(self.completion_token_ids)
+
+    def input_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.completion_token_ids
+
+
+@dataclass
+class Trajectory:
+    """One episode, ready for JSONL and for a trainer."""
+
+    episode_id: str
+    env_id: str
+    env_family: str
+    task_id: str
+    task: str
+    seed: int
+    turns: list[Turn] = field(default_factory=list)
+    total_reward: float = 0.0
+    won: bool = False
+    score: float = 0.0
+    steps: int = 0
+    terminated: bool = False
+    truncated: bool = False
+    invalid_actions: int = 0
+    format_errors: int = 0
+    experience_ids: list[Any] = field(default_factory=list)
+    search_and_ask_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_time_s: float = 0.0
+    gen_time_s: float = 0.0
+    env_time_s: float = 0.0
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        data = dict(data)
+        data["turns"] = [Turn(**t) for t in data.get("turns", [])]
+        return cls(**data)
+
+    def training_samples(self) -> list[tuple[list[int], list[int], list[float] | None]]:
+        """``(input_ids, loss_mask, completion_logprobs)`` per model call."""
+        return [
+            (t.input_ids(), t.loss_mask(), t.completion_logprobs)
+            for t in self.turns
+            if t.completion_token_ids
+        ]
+
+
+def append_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> None:
+    """Append one JSON object per line and fsync, so a crash loses at most a partial last line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_jsonl(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> None:
+    """Append trajectories to a JSONL file."""
+    append_jsonl(path, (t.to_dict() for t in trajectories))
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[Trajectory]:
+    """Read trajectories written by :func:`write_jsonl` (a bad line raises :class:`DataError`)."""
+    out = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Trajectory.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as exc:
+                raise DataError(path, f"line {number} is not a trajectory: {exc}") from exc
+    return out
+
+
+@dataclass
+class RolloutConfig:
+    """Settings of :func:`collect_rollouts`.
+
+    Attributes:
+        max_turns: safety cap on model calls per episode (the env's own step limit normally
+            ends episodes first; search steps of an experience wrapper do not count there).
+        keep_text: store observations and replies in turns (off saves space for training).
+        split_on_oom: when the backend runs out of memory, retry the batch in halves.
+        progress: show a tqdm bar over finished episodes.
+    """
+
+    max_turns: int = 200
+    keep_text: bool = True
+    split_on_oom: bool = True
+    progress: bool = False
+
+
+@dataclass
+class _Slot:
+    env: gym.Env
+    trajectory: Trajectory | None = None
+    state: Any = None
+    agent: Any = None
+    observation: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    started: float = 0.0
+
+
+def _env_id(env: gym.Env) -> str:
+    return env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+
+
+class RolloutWorker:
+    """Runs episodes on a fixed pool of envs with one batched agent (see module docstring)."""
+
+    def __init__(
+        self,
+        envs: list[gym.Env],
+        agent: Any = None,
+        agent_factory: Callable[[gym.Env, int], Any] | None = None,
+        config: RolloutConfig | None = None,
+    ):
+        if not envs:
+            raise ComprlGymError("collect_rollouts needs at least one env")
+        if agent is None and agent_factory is None:
+            raise ComprlGymError("give an agent (with act_batch) or an agent_factory")
+        self.envs = envs
+        self.agent = agent
+        self.agent_factory = agent_factory
+        self.config = config or RolloutConfig()
+        self.batched = agent is not None and hasattr(agent, "act_batch")
+
+    def run(
+        self,
+        seeds: list[int],
+        options: list[dict[str, Any] | None] | None = None,
+        meta: list[dict[str, Any]] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Play one episode per seed; results in the order of ``seeds``.
+
+        ``on_episode`` is called as each episode ends (to persist it at once).
+        """
+        options = options or [None] * len(seeds)
+        meta = meta or [{} for _ in seeds]
+        queue = list(range(len(seeds)))[::-1]
+        results: list[Trajectory | None] = [None] * len(seeds)
+        slots = [_Slot(env) for env in self.envs]
+        index_of: dict[int, int] = {}
+        bar = None
+        if self.config.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(seeds), desc="episodes", unit="ep")
+
+        def start(slot_id: int) -> None:
+            slot = slots[slot_id]
+            slot.trajectory = None
+            if not queue:
+                return
+            i = queue.pop()
+            slot.started = time.perf_counter()
+            t0 = time.perf_counter()
+            observation, info = slot.env.reset(seed=seeds[i], options=options[i])
+            reset_time = time.perf_counter() - t0
+            slot.observation, slot.info = observation, info
+            slot.trajectory = Trajectory(
+                episode_id=uuid.uuid4().hex[:16],
+                env_id=_env_id(slot.env),
+                env_family=str(info.get("env_family", "")),
+                task_id=str(info.get("task_id", "")),
+                task=str(info.get("task", "")),
+                seed=int(seeds[i]),
+                env_time_s=reset_time,
+                meta=dict(meta[i]),
+                experience_ids=list(info.get("experience_ids", []) or []),
+            )
+            index_of[slot_id] = i
+            if self.batched:
+                slot.state = self.agent.start_episode(slot.trajectory.task, info)
+            else:
+                slot.agent = (
+                    self.agent
+                    if self.agent_factory is None
+                    else self.agent_factory(slot.env, seeds[i])
+                )
+                slot.agent.reset(slot.trajectory.task, info)
+
+        def finish(slot_id: int, error: str | None = None) -> None:
+            slot = slots[slot_id]
+            traj = slot.trajectory
+            assert traj is not None
+            info = slot.info
+            traj.won = bool(info.get("won", False))
+            traj.score = float(info.get("score", 0.0))
+            traj.steps = int(info.get("step", len(traj.turns)))
+            traj.experience_ids = list(info.get("experience_ids", traj.experience_ids) or [])
+            traj.search_and_ask_calls = int(info.get("search_and_ask_calls", 0) or 0)
+            traj.wall_time_s = time.perf_counter() - slot.started
+            traj.error = error
+            results[index_of[slot_id]] = traj
+            if on_episode is not None:
+                on_episode(traj)
+            if bar is not None:
+                bar.update()
+            start(slot_id)
+
+        try:
+            for slot_id in range(len(slots)):
+                start(slot_id)
+            while True:
+                live = [k for k, s in enumerate(slots) if s.trajectory is not None]
+                if not live:
+                    break
+                decisions = self._decide([slots[k] for k in live])
+                for k, (action, decision, gen_time) in zip(live, decisions):
+                    self._step(slots[k], action, decision, gen_time)
+                    traj = slots[k].trajectory
+                    assert traj is not None
+                    last = traj.turns[-1]
+                    if last.terminated or last.truncated:
+                        finish(k)
+                    elif len(traj.turns) >= self.config.max_turns:
+                        traj.truncated = True
+                        finish(
+                            k, error=f"stopped after max_turns={self.config.max_turns} model calls"
+                        )
+        finally:
+            if bar is not None:
+                bar.close()
+        return [r for r in results if r is not None]
+
+    def _decide(self, slots: list[_Slot]) -> list[tuple[str, Any, float]]:
+        if not self.batched:
+            out = []
+            for slot in slots:
+                t0 = time.perf_counter()
+                action = slot.agent.act(slot.observation, slot.info)
+                out.append(
+                    (action, getattr(slot.agent, "last_decision", None), time.perf_counter() - t0)
+                )
+            return out
+        t0 = time.perf_counter()
+        decisions = self._act_batch(
+            [s.state for s in slots], [s.observation for s in slots], [s.info for s in slots]
+        )
+        elapsed = time.perf_counter() - t0
+        return [(d.action, d, elapsed) for d in decisions]
+
+    def _act_batch(
+        self, states: list[Any], observations: list[str], infos: list[dict[str, Any]]
+    ) -> list[Any]:
+        try:
+            return self.agent.act_batch(states, observations, infos)
+        except BackendError as exc:
+            if not (
+                exc.retryable
+                and self.config.split_on_oom
+                and len(states) > 1
+                and "memory" in str(exc)
+            ):
+                raise
+            half = len(states) // 2
+            logger.warning("backend out of memory on %d prompts; retrying in halves", len(states))
+            return self._act_batch(
+                states[:half], observations[:half], infos[:half]
+            ) + self._act_batch(states[half:], observations[half:], infos[half:])
+
+    def _step(self, slot: _Slot, action: str, decision: Any, gen_time: float) -> None:
+        traj = slot.trajectory
+        assert traj is not None
+        t0 = time.perf_counter()
+        observation, reward, terminated, truncated, info = slot.env.step(action)
+        env_time = time.perf_counter() - t0
+        generation = getattr(decision, "generation", None)
+        keep = self.config.keep_text
+        turn = Turn(
+            step=len(traj.turns),
+            observation=slot.observation if keep else "",
+            action=action,
+            next_observation=observation if keep else "",
+            text=getattr(decision, "text", "") if keep else "",
+            format_error=bool(getattr(decision, "format_error", False)),
+            method=str(getattr(decision, "method", "")),
+            reward=float(reward),
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            invalid_action=bool(info.get("invalid_action", False)),
+            gen_time_s=gen_time,
+            env_time_s=env_time,
+        )
+        if generation is not None:
+            turn.prompt_token_ids = list(generation.prompt_token_ids)
+            turn.completion_token_ids = list(generation.completion_token_ids)
+            turn.completion_logprobs = (
+                list(generation.completion_logprobs)
+                if generation.completion_logprobs is not None
+                else None
+            )
+            traj.prompt_tokens += generation.num_prompt_tokens or _estimate(decision, "prompt")
+            traj.completion_tokens += generation.num_completion_tokens or _estimate(
+                decision, "completion"
+            )
+        traj.turns.append(turn)
+        traj.total_reward += float(reward)
+        traj.invalid_actions += int(turn.invalid_action)
+        traj.format_errors += int(turn.format_error)
+        traj.gen_time_s += gen_time
+        traj.env_time_s += env_time
+        traj.terminated, traj.truncated = bool(terminated), bool(truncated)
+        slot.observation, slot.info = observation, info
+
+
+def _estimate(decision: Any, part: str) -> int:
+    """Token estimate (~4 characters a token) for servers that return no token ids."""
+    if part == "prompt":
+        text = "".join(m.get("content", "") for m in getattr(decision, "messages", []) or [])
+    else:
+        text = getattr(decision, "text", "") or ""
+    return (len(text) + 3) // 4
+
+
+def collect_rollouts(
+    envs: list[gym.Env],
+    agent: Any,
+    seeds: list[int],
+    options: list[dict[str, Any] | None] | None = None,
+    config: RolloutConfig | None = None,
+    jsonl_path: str | os.PathLike[str] | None = None,
+    meta: list[dict[str, Any]] | None = None,
+) -> list[Trajectory]:
+    """Play one episode per seed with up to ``len(envs)`` at once; optionally append JSONL.
+
+    Results come back in the order of ``seeds``. Episodes start in seed order on the free envs,
+    so with ``len(envs) == len(seeds)`` episode ``i`` runs on ``envs[i]`` (callers may prepare
+    each env for its episode, e.g. wrap some in an experience wrapper).
+
+    ``agent`` is an :class:`~comprl_gym.agents.llm_agent.LLMAgent` (batched) or any agent (then
+    ``envs`` should hold one env, or use :class:`RolloutWorker` with an ``agent_factory``).
+    """
+    worker = RolloutWorker(envs, agent=agent, config=config)
+    on_episode = (lambda t: write_jsonl(jsonl_path, [t])) if jsonl_path is not None else None
+    return worker.run(seeds, options=options, meta=meta, on_episode=on_episode)

