@@ -66,10 +66,13 @@ def load_object(path: str) -> Any:
 
 
 def make_agent(spec: str, env: Any, seed: int | None = None) -> Agent:
-    """Build an agent from a short spec: ``random``, ``expert`` or ``module:Class``.
+    """Build an agent from a short spec.
 
-    ``expert`` picks the expert of the env's family; ``module:Class`` is called with no
-    arguments. LLM agents have their own specs (see :mod:`comprl_gym.agents.llm_agent`).
+    * ``random``: uniform over the admissible actions;
+    * ``expert``: the expert of the env's family (:data:`EXPERTS`);
+    * ``hf:MODEL``, ``vllm:MODEL``, ``openai:URL#MODEL`` (optionally ``?temperature=0&...``):
+      an :class:`~comprl_gym.agents.llm_agent.LLMAgent` on that backend;
+    * ``module:Class``: your own agent class, called with no arguments.
     """
     if spec == "random":
         return RandomAgent(seed=seed)
@@ -78,7 +81,7 @@ def make_agent(spec: str, env: Any, seed: int | None = None) -> Agent:
         if family not in EXPERTS:
             raise ConfigurationError(f"no expert agent for env family {family!r}")
         return load_object(EXPERTS[family])(env)
-    if ":" in spec and not spec.startswith(("llm:", "hf:", "vllm:", "openai:")):
+    if ":" in spec and not spec.startswith(("hf:", "llm:", "vllm:", "openai:")):
         return load_object(spec)()
     llm_specs = importlib.import_module("comprl_gym.agents.llm_agent")
     return llm_specs.agent_from_spec(spec, env, seed=seed)
