@@ -18,6 +18,8 @@ PROMPTS = [f"go north {i} take the key" for i in range(8)]
 
 @pytest.fixture(scope="module")
 def engine():
+    import bm25s  # noqa: F401  -- numba/llvmlite loaded first, as in any process running WebShop
+
     from comprl_gym.llm.vllm_backend import VLLMBackend
 
     backend = VLLMBackend("tiny", max_model_len=2048)

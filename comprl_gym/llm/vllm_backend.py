@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -42,6 +43,20 @@ def _on_cpu() -> bool:
         return not torch.cuda.is_available()
     except ImportError:  # pragma: no cover
         return True
+
+
+def _give_llvmlite_a_namespace() -> None:
+    """Let vLLM start in a process where numba (and so llvmlite) is loaded.
+
+    At start-up vLLM scans every module namespace and calls ``vars(value).get(...)``.
+    llvmlite's ``ffi.lib`` answers any attribute, ``__dict__`` included, with a wrapped C
+    function, so the scan fails ("'_lib_fn_wrapper' object has no attribute 'get'"). bm25s
+    (WebShop's search) imports numba. An empty namespace entry answers ``__dict__`` instead.
+    """
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    fntab = getattr(getattr(ffi, "lib", None), "_fntab", None)
+    if isinstance(fntab, dict):
+        fntab.setdefault("__dict__", {})
 
 
 class VLLMBackend(LLMBackend):
@@ -69,6 +84,7 @@ class VLLMBackend(LLMBackend):
                 os.environ.setdefault(key, value)
             engine_kwargs.setdefault("enforce_eager", True)
             engine_kwargs.setdefault("dtype", "float32")
+        _give_llvmlite_a_namespace()
         vllm = require("vllm", "the vLLM backend", "vllm")
         self._vllm = vllm
         path = resolve_model(model)
