@@ -1,0 +1,307 @@
+"""Trainer benchmarks: update throughput against TRL, and a small learning run.
+
+``python benchmarks/bench_trainers.py throughput`` times one policy-gradient update (forward,
+backward, optimiser step) of our :class:`~comprl_gym.trainers.policy.PolicyOptimizer` (CISPO)
+and of TRL's ``GRPOTrainer`` with ``loss_type="cispo"`` on the same model, the same batch of
+token sequences and the same prompt/completion lengths, alternating in one process. TRL's
+update is timed through its own ``compute_loss`` (what ``training_step`` runs once the
+generations are buffered), ``accelerator.backward`` and its optimiser.
+
+``python benchmarks/bench_trainers.py learning`` trains GRPO and Complementary RL on an easy
+task family with the same seeds and the same number of rollouts and plots success curves and
+the actor's wait time for experience.
+
+Results go to ``benchmarks/results/trainers_*.json`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _batch(vocab: int, batch: int, prompt_len: int, completion_len: int, seed: int = 0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(10, vocab - 10, (batch, prompt_len), generator=g)
+    completions = torch.randint(10, vocab - 10, (batch, completion_len), generator=g)
+    advantages = torch.randn(batch, generator=g)
+    return prompts, completions, advantages
+
+
+def throughput(args: argparse.Namespace) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from comprl_gym.llm.models import resolve_model
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
+
+    torch.set_num_threads(args.threads)
+    path = str(resolve_model(args.model))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompts, completions, advantages = _batch(
+        len(tokenizer), args.batch, args.prompt_len, args.completion_len
+    )
+    tokens_per_update = args.batch * (args.prompt_len + args.completion_len)
+
+    # ---- ours
+    ours = PolicyOptimizer.from_settings(
+        ModelSettings(model=args.model, lr=1e-6, micro_batch_size=args.batch), loss="cispo"
+    )
+    samples = [
+        TrainSample.from_generation(p.tolist(), c.tolist(), float(a))
+        for p, c, a in zip(prompts, completions, advantages)
+    ]
+
+    def ours_step() -> float:
+        start = time.perf_counter()
+        ours.update(samples)
+        return time.perf_counter() - start
+
+    # ---- TRL
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    out = tempfile.mkdtemp()
+    config = GRPOConfig(
+        output_dir=out,
+        loss_type="cispo",
+        epsilon_high=5.0,
+        beta=0.0,
+        learning_rate=1e-6,
+        per_device_train_batch_size=args.batch,
+        num_generations=args.batch,
+        max_completion_length=args.completion_len,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=1000,
+        save_strategy="no",
+        # Same numerics as ours: float32, no activation recomputation. (TRL's defaults are
+        # bf16=True and gradient_checkpointing=True; bf16 autocast is very slow on most CPUs.)
+        bf16=False,
+        gradient_checkpointing=False,
+    )
+    trl = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=config,
+        train_dataset=Dataset.from_dict({"prompt": ["hi"] * args.batch}),
+        processing_class=tokenizer,
+    )
+    trl.create_optimizer()
+    trl.current_gradient_accumulation_steps = 1
+    inputs = {
+        "prompt_ids": prompts,
+        "prompt_mask": torch.ones_like(prompts),
+        "completion_ids": completions,
+        "completion_mask": torch.ones_like(completions),
+        "advantages": advantages,
+        "old_per_token_logps": None,
+        "num_items_in_batch": torch.tensor(float(completions.numel())),
+    }
+
+    def trl_step() -> float:
+        start = time.perf_counter()
+        trl.model.train()
+        loss = trl.compute_loss(trl.model, inputs)
+        trl.accelerator.backward(loss)
+        trl.optimizer.step()
+        trl.optimizer.zero_grad()
+        return time.perf_counter() - start
+
+    ours_step(), trl_step()  # warm-up
+    ours_times, trl_times = [], []
+    for _ in range(args.repeats):
+        ours_times.append(ours_step())
+        trl_times.append(trl_step())
+    ours_tps = tokens_per_update / statistics.median(ours_times)
+    trl_tps = tokens_per_update / statistics.median(trl_times)
+    result = {
+        "model": args.model,
+        "batch": args.batch,
+        "prompt_len": args.prompt_len,
+        "completion_len": args.completion_len,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "ours_update_s": ours_times,
+        "trl_update_s": trl_times,
+        "ours_tokens_per_s": ours_tps,
+        "trl_tokens_per_s": trl_tps,
+        "ratio_ours_over_trl": ours_tps / trl_tps,
+    }
+    print("\n| trainer | median update (s) | tokens/s | ratio |\n| --- | --- | --- | --- |")
+    print(
+        f"| comprl-gym PolicyOptimizer (cispo) | {statistics.median(ours_times):.2f} | {ours_tps:.0f} | {ours_tps / trl_tps:.2f} |"
+    )
+    print(
+        f"| TRL GRPOTrainer loss_type=cispo | {statistics.median(trl_times):.2f} | {trl_tps:.0f} | 1.00 |"
+    )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "trainers_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
+    _plot_throughput(result)
+    return result
+
+
+def _plot_throughput(result: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    names = ["comprl-gym", "TRL GRPOTrainer"]
+    values = [result["ours_tokens_per_s"], result["trl_tokens_per_s"]]
+    ax.bar(names, values, color=["tab:blue", "tab:gray"])
+    ax.set_ylabel("update tokens/s")
+    ax.set_title(
+        f"CISPO update, {result['model']}, {result['batch']}x"
+        f"{result['prompt_len'] + result['completion_len']} tokens"
+    )
+    for i, v in enumerate(values):
+        ax.text(i, v, f"{v:.0f}", ha="center", va="bottom")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "trainers_throughput.png", dpi=120)
+
+
+def learning(args: argparse.Namespace) -> dict:
+    import torch
+
+    from comprl_gym.trainers import TrainConfig, make_trainer
+
+    torch.set_num_threads(args.threads)
+    runs: dict[str, list[dict]] = {}
+    summaries: dict[str, list[dict]] = {}
+    for algorithm in ("grpo", "complementary"):
+        for seed in args.seeds:
+            out = Path(args.output_dir) / f"{algorithm}-seed{seed}"
+            config = TrainConfig.from_dict(
+                {
+                    "algorithm": algorithm,
+                    "seed": seed,
+                    "env_ids": [args.env_id],
+                    "iterations": args.iterations,
+                    "groups_per_iteration": args.groups,
+                    "group_size": args.group_size,
+                    "max_episode_steps": args.max_steps,
+                    "actor": {"model": args.model, "lr": args.lr, "max_new_tokens": 24},
+                    "extractor": {"model": args.model, "lr": args.lr, "max_new_tokens": 40},
+                    "output_dir": str(out),
+                    "resume": False,
+                    "eval_tasks": args.eval_tasks,
+                    "progress": True,
+                    "tensorboard": False,
+                }
+            )
+            trainer = make_trainer(config)
+            try:
+                summary = trainer.train()
+            finally:
+                trainer.close()
+            runs.setdefault(algorithm, []).append(trainer.metrics.read())
+            summaries.setdefault(algorithm, []).append(summary)
+    result = {
+        "args": vars(args) | {"seeds": list(args.seeds)},
+        "runs": runs,
+        "summaries": summaries,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "trainers_learning.json").write_text(
+        json.dumps(result, indent=2, default=str) + "\n"
+    )
+    _plot_learning(result)
+    print(
+        "\n| algorithm | seed | train success (last 3 it.) | eval w/o exp | eval with exp | mean actor wait/it (s) | time (min) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for algorithm, per_seed in runs.items():
+        for seed, records, summary in zip(args.seeds, per_seed, summaries[algorithm]):
+            tail = [r["success"] for r in records[-3:]]
+            ev = summary["evaluation"].get(args.env_id, {})
+            w = ev.get("without_experience", {}).get("success", float("nan"))
+            x = ev.get("with_experience", {}).get("success", float("nan"))
+            wait = statistics.mean(r["actor_wait_s"] for r in records)
+            print(
+                f"| {algorithm} | {seed} | {statistics.mean(tail):.2f} | {w:.2f} | {x:.2f} | {wait:.2f} | {summary['train_time_s'] / 60:.1f} |"
+            )
+    return result
+
+
+def _plot_learning(result: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
+    colors = {"grpo": "tab:gray", "complementary": "tab:blue"}
+    for algorithm, per_seed in result["runs"].items():
+        for i, records in enumerate(per_seed):
+            x = [r["rollouts"] for r in records]
+            ax.plot(
+                x,
+                [r["success"] for r in records],
+                color=colors[algorithm],
+                alpha=0.8,
+                label=algorithm if i == 0 else None,
+            )
+            bx.plot(
+                x,
+                [r["actor_wait_s"] for r in records],
+                color=colors[algorithm],
+                alpha=0.8,
+                label=algorithm if i == 0 else None,
+            )
+    ax.set_xlabel("rollouts")
+    ax.set_ylabel("training success rate")
+    ax.set_title(result["args"]["env_id"])
+    ax.legend()
+    bx.set_xlabel("rollouts")
+    bx.set_ylabel("actor wait for experience (s / iteration)")
+    bx.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "trainers_learning.png", dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("throughput")
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--prompt-len", type=int, default=192)
+    p.add_argument("--completion-len", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("learning")
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--env-id", default="comprl/MiniHack-Room-5x5-v0")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--iterations", type=int, default=8)
+    p.add_argument("--groups", type=int, default=2)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--max-steps", type=int, default=8)
+    p.add_argument("--lr", type=float, default=2e-6)
+    p.add_argument("--eval-tasks", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--output-dir", default=tempfile.mkdtemp(prefix="bench-trainers-"))
+    args = parser.parse_args(argv)
+    (throughput if args.what == "throughput" else learning)(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    raise SystemExit(main())

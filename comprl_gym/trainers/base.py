@@ -1,0 +1,532 @@
+"""What every trainer shares: tasks, rollouts, advantages, the actor step, checkpoints, metrics.
+
+A trainer subclass only says which parts of the Complementary RL loop are on:
+
+====================== ============== ================= ==================
+trainer                experience     actor trained     extractor trained
+====================== ============== ================= ==================
+GRPOTrainer            no             yes               no extractor
+ComplementaryRLTrainer K/2 + K/2      yes               yes (CISPO)
+StaticExperience...    K/2 + K/2      yes               no (frozen)
+ExperienceOnly...      K/2 + K/2      no (frozen)       yes (CISPO)
+====================== ============== ================= ==================
+
+One iteration: draw ``groups_per_iteration`` tasks from the env mixture; play K rollouts of
+each (the first K/2 with experience when experience is on); compute advantages within each
+(group, half); take one actor step on the actor's own tokens; push the weights to the rollout
+engine; hand the finished episodes to the background experience worker; log metrics.
+
+Example:
+    >>> from comprl_gym.trainers import GRPOTrainer, TrainConfig
+    >>> cfg = TrainConfig.from_dict({"algorithm": "grpo", "iterations": 1, "group_size": 2,
+    ...     "groups_per_iteration": 1, "max_episode_steps": 2, "actor": {"model": "tiny"},
+    ...     "output_dir": __import__("tempfile").mkdtemp(), "progress": False,
+    ...     "tensorboard": False, "eval_tasks": 0})
+    >>> summary = GRPOTrainer(cfg).train()
+    >>> summary["iterations"]
+    1
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+import comprl_gym  # noqa: F401  (registers the comprl/* ids)
+from comprl_gym.core import ConfigurationError
+from comprl_gym.trainers.advantages import grouped_advantages
+from comprl_gym.trainers.checkpoint import CheckpointManager, restore_rng_state, seed_everything
+from comprl_gym.trainers.config import TrainConfig
+from comprl_gym.trainers.extractor import ExperienceExtractor, FinishedEpisode
+from comprl_gym.trainers.loop import ExperienceWorker, TimedManager, WaitClock
+from comprl_gym.trainers.metrics import MetricsLogger
+from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskRef:
+    """One task of the mixture: an env id and the reset seed that fixes the task."""
+
+    env_id: str
+    seed: int
+
+
+@dataclass
+class PlayedEpisode:
+    """One finished rollout with everything training needs."""
+
+    env_id: str
+    env_family: str
+    seed: int
+    group: int
+    with_experience: bool
+    task: str
+    task_id: str
+    won: bool
+    score: float
+    steps: int
+    invalid_actions: int
+    #: One entry per actor generation: (prompt ids, completion ids, completion logprobs).
+    turns: list[tuple[list[int], list[int], list[float] | None]] = field(default_factory=list)
+    #: ``[(action, observation), ...]``
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+    experience_ids: list[int] = field(default_factory=list)
+    search_and_ask_calls: int = 0
+    trajectory_id: str = ""
+
+    def finished(self) -> FinishedEpisode:
+        return FinishedEpisode(
+            self.trajectory_id,
+            self.env_id,
+            self.env_family,
+            self.task,
+            self.task_id,
+            self.won,
+            self.score,
+            list(self.transcript),
+            list(self.experience_ids),
+        )
+
+
+class Trainer:
+    """Base class of the four trainers (see the module docstring)."""
+
+    algorithm: ClassVar[str] = ""
+    #: Split each group into K/2 rollouts with experience and K/2 without.
+    uses_experience: ClassVar[bool] = False
+    #: Take actor optimiser steps.
+    trains_actor: ClassVar[bool] = True
+    #: Take extractor optimiser steps.
+    trains_extractor: ClassVar[bool] = False
+
+    def __init__(self, config: TrainConfig):
+        config.validate()
+        self.config = config
+        self.output_dir = Path(config.output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        seed_everything(config.seed)
+        if config.torch_threads > 0:
+            import torch
+
+            torch.set_num_threads(config.torch_threads)
+        self.task_rng = random.Random(config.seed)
+        self.iteration = 0
+        self.rollouts_done = 0
+        self.clock = WaitClock()
+        actor_settings = config.actor
+        if not self.trains_actor:
+            actor_settings.frozen = True
+        self.actor = PolicyOptimizer.from_settings(
+            actor_settings,
+            loss="clipped",
+            clip_eps_low=config.clip_eps_low,
+            clip_eps_high=config.clip_eps_high,
+            normalization=config.loss_normalization,
+        )
+        from comprl_gym.trainers.rollouts_adapter import make_actor_backend
+
+        self.actor_backend = make_actor_backend(config, self.actor)
+        self.manager: Any = None
+        self.extractor: ExperienceExtractor | None = None
+        self.worker: ExperienceWorker | None = None
+        if self.uses_experience:
+            self._build_experience()
+        self._envs: dict[tuple[str, bool, int], Any] = {}
+        self.metrics = MetricsLogger(self.output_dir, tensorboard=config.tensorboard)
+        self.checkpoints = CheckpointManager(self.output_dir)
+        if config.resume and self.checkpoints.latest_step() is not None:
+            self.resume()
+
+    # ------------------------------------------------------------------ experience side
+    @property
+    def store_dir(self) -> Path:
+        return Path(self.config.experience.store_dir or self.output_dir / "experience")
+
+    def _open_manager(self) -> Any:
+        from comprl_gym.experience import ExperienceConfig, ExperienceManager
+
+        settings = self.config.experience
+        exp_config = ExperienceConfig(
+            top_k=max(1, settings.top_k),
+            merge_window=settings.merge_window,
+            diversify=settings.diversify,
+            seed=self.config.seed,
+        )
+        return ExperienceManager(str(self.store_dir), config=exp_config)
+
+    def _build_experience(self) -> None:
+        from comprl_gym.llm import TransformersBackend
+
+        cfg = self.config
+        extractor_settings = cfg.extractor
+        if not self.trains_extractor:
+            extractor_settings.frozen = True
+        optimizer = PolicyOptimizer.from_settings(
+            extractor_settings, loss="cispo", cispo_eps_high=cfg.experience.cispo_eps_high
+        )
+        backend = TransformersBackend(
+            model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
+        )
+        self.manager = self._open_manager()
+        self._warm_up_embedder()
+        self.extractor = ExperienceExtractor(
+            backend,
+            optimizer,
+            self.manager,
+            cfg.experience,
+            max_new_tokens=extractor_settings.max_new_tokens,
+            temperature=extractor_settings.temperature,
+            seed=cfg.seed,
+        )
+        self.worker = ExperienceWorker(self._experience_job, cfg.experience.async_extraction)
+        self.extractor_stats: list[dict[str, float]] = []
+        self.merges = 0
+
+    def _warm_up_embedder(self) -> None:
+        """Load the embedding model now, not inside the first rollout (where it would count as
+        actor wait time)."""
+        embedder = getattr(getattr(self.manager, "store", None), "embedder", None)
+        if embedder is not None and hasattr(embedder, "encode"):
+            embedder.encode(["warm up"])
+
+    def _experience_job(self, job: dict[str, Any]) -> None:
+        """Background work for one actor iteration (runs in the worker thread)."""
+        assert self.extractor is not None
+        episodes: list[PlayedEpisode] = job["episodes"]
+        step = job["step"]
+        self.extractor.record_outcomes(e.finished() for e in episodes)
+        groups: dict[int, list[FinishedEpisode]] = {}
+        for e in episodes:
+            groups.setdefault(e.group, []).append(e.finished())
+        for group in groups.values():
+            self.extractor.write_from_group(group, step)
+        stats = self.extractor.train_step(step) if self.trains_extractor else None
+        if stats is not None:
+            self.extractor_stats.append(stats)
+        every = self.config.experience.merge_every
+        if every and step % every == 0 and len(self.manager) >= 2:
+            try:
+                self.manager.merge(self.extractor.merge_window)
+                self.merges += 1
+            except Exception:  # a bad merge answer must not stop training
+                logger.exception("merging the experience store failed; the store is unchanged")
+
+    # ------------------------------------------------------------------ tasks and envs
+    def sample_tasks(self) -> list[TaskRef]:
+        cfg = self.config
+        weights = cfg.env_weights or [1.0] * len(cfg.env_ids)
+        return [
+            TaskRef(
+                self.task_rng.choices(cfg.env_ids, weights=weights)[0],
+                self.task_rng.randrange(cfg.task_pool),
+            )
+            for _ in range(cfg.groups_per_iteration)
+        ]
+
+    def make_env(self, env_id: str, with_experience: bool, slot: int) -> Any:
+        """A cached env per (id, experience, slot): envs are reused across iterations."""
+        key = (env_id, with_experience, slot)
+        if key not in self._envs:
+            if env_id not in gym.registry:
+                raise ConfigurationError(f"unknown env id {env_id!r}; `comprl-gym envs` lists them")
+            kwargs = {"max_steps": self.config.max_episode_steps}
+            kwargs.update(self.config.env_kwargs.get(env_id, {}))
+            env = gym.make(env_id, disable_env_checker=True, **kwargs)
+            if with_experience:
+                env = self._wrap_with_experience(env)
+            self._envs[key] = env
+        return self._envs[key]
+
+    def _wrap_with_experience(self, env: Any) -> Any:
+        from comprl_gym.wrappers import ExperienceAugmentedEnv
+
+        settings = self.config.experience
+        return ExperienceAugmentedEnv(
+            env,
+            TimedManager(self.manager, self.clock),
+            inject_top_k=settings.top_k,
+            search_budget=settings.search_and_ask_budget,
+            refiner=self._timed_refiner,
+            report_outcomes=True,
+        )
+
+    def _timed_refiner(self, question: str, experiences: list[Any], context: Any = None) -> str:
+        """``search_and_ask`` answered by the extractor; the actor's wait is measured."""
+        assert self.extractor is not None
+        # The answer's whole time is inside the timed manager.search_and_ask; here we measure
+        # the part spent waiting for the extractor model (busy writing or training).
+        start = time.perf_counter()
+        with self.extractor.lock:
+            self.clock.add("of_which/extractor_lock_wait", time.perf_counter() - start)
+            return self.extractor.refine(question, experiences, context)
+
+    # ------------------------------------------------------------------ one iteration
+    def play(self, tasks: list[TaskRef], greedy: bool = False) -> list[PlayedEpisode]:
+        """K rollouts of every task (the first K/2 with experience when it is on)."""
+        from comprl_gym.trainers.rollouts_adapter import play_episodes
+
+        k = self.config.group_size
+        jobs = []
+        slots: dict[tuple[str, bool], int] = {}
+        for group, task in enumerate(tasks):
+            for i in range(k):
+                with_exp = self.uses_experience and i < k // 2
+                slot = slots.get((task.env_id, with_exp), 0)
+                slots[(task.env_id, with_exp)] = slot + 1
+                env = self.make_env(task.env_id, with_exp, slot)
+                jobs.append((env, task, group, with_exp))
+        return play_episodes(self, jobs, greedy=greedy)
+
+    def episode_reward(self, episode: PlayedEpisode) -> float:
+        """The outcome reward (``config.reward``) minus the invalid-action penalty."""
+        outcome = episode.score if self.config.reward == "score" else float(episode.won)
+        return outcome - self.config.invalid_action_penalty * episode.invalid_actions
+
+    def actor_samples(self, episodes: list[PlayedEpisode]) -> list[TrainSample]:
+        """One sample per actor generation, with its episode's grouped advantage.
+
+        Each turn's prompt (system text, task, env observations, experience) is masked; only
+        the tokens the actor generated are trained on.
+        """
+        rewards = [self.episode_reward(e) for e in episodes]
+        groups = [e.group for e in episodes]
+        halves = [e.with_experience for e in episodes] if self.uses_experience else None
+        advantages = grouped_advantages(rewards, groups, halves, scale=self.config.scale_advantages)
+        samples = []
+        for episode, advantage in zip(episodes, advantages):
+            for prompt_ids, completion_ids, logprobs in episode.turns:
+                samples.append(
+                    TrainSample.from_generation(
+                        prompt_ids,
+                        completion_ids,
+                        float(advantage),
+                        completion_logprobs=logprobs,
+                        meta={"env_id": episode.env_id, "group": episode.group},
+                    )
+                )
+        return samples
+
+    def train_iteration(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        self._play_calls = 0  # per-iteration sampling seeds (see rollouts_adapter._agent)
+        tasks = self.sample_tasks()
+        rollout_start = time.perf_counter()
+        episodes = self.play(tasks)
+        rollout_s = time.perf_counter() - rollout_start
+        self.iteration += 1
+        for i, e in enumerate(episodes):
+            e.trajectory_id = f"it{self.iteration}-{i}"
+        self.rollouts_done += len(episodes)
+        update = self.actor.update(self.actor_samples(episodes)) if self.trains_actor else {}
+        if self.trains_actor and update.get("samples"):
+            from comprl_gym.trainers.rollouts_adapter import push_weights
+
+            with self.clock.measure("weight_push"):
+                push_weights(self)
+        self.actor.model.eval()
+        if self.worker is not None:
+            submit_start = time.perf_counter()
+            self.worker.submit({"episodes": episodes, "step": self.iteration})
+            self.clock.add("actor_blocked_on_worker", time.perf_counter() - submit_start)
+        waits = self.clock.take()
+        record = self._iteration_metrics(episodes, update, waits, rollout_s)
+        record["iteration_time_s"] = time.perf_counter() - started
+        self.metrics.log(self.iteration, record)
+        every = self.config.checkpoint_every
+        if every and self.iteration % every == 0:
+            self.save_checkpoint()
+        return record
+
+    def _iteration_metrics(
+        self,
+        episodes: list[PlayedEpisode],
+        update: dict[str, Any],
+        waits: dict[str, float],
+        rollout_s: float,
+    ) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "rollouts": self.rollouts_done,
+            "success": float(np.mean([e.won for e in episodes])),
+            "score": float(np.mean([e.score for e in episodes])),
+            "reward": float(np.mean([self.episode_reward(e) for e in episodes])),
+            "episode_steps": float(np.mean([e.steps for e in episodes])),
+            "invalid_actions": float(np.mean([e.invalid_actions for e in episodes])),
+            "rollout_time_s": rollout_s,
+        }
+        for key, value in update.items():
+            record[f"actor/{key}"] = value
+        for env_id in sorted({e.env_id for e in episodes}):
+            mine = [e for e in episodes if e.env_id == env_id]
+            name = env_id.split("/")[-1]
+            record[f"{name}/success"] = float(np.mean([e.won for e in mine]))
+            record[f"{name}/episodes"] = len(mine)
+        if self.uses_experience:
+            for flag, label in ((True, "with_experience"), (False, "without_experience")):
+                half = [e for e in episodes if e.with_experience == flag]
+                if half:
+                    record[f"{label}/success"] = float(np.mean([e.won for e in half]))
+            record["search_and_ask_calls"] = float(
+                np.mean([e.search_and_ask_calls for e in episodes])
+            )
+        actor_wait = sum(
+            v for k, v in waits.items() if k != "weight_push" and not k.startswith("of_which")
+        )
+        record["actor_wait_s"] = actor_wait
+        for key, value in waits.items():
+            record[f"wait/{key}"] = value
+        if self.extractor is not None:
+            record["store_size"] = len(self.manager)
+            record["extractor/updates"] = self.extractor.updates
+            record["extractor/pending"] = len(self.extractor.pending)
+            record["extractor/failed_writes"] = self.extractor.failed_writes
+            record["worker_backlog"] = self.worker.backlog if self.worker else 0
+            while self.extractor_stats:
+                stats = self.extractor_stats.pop(0)
+                for key, value in stats.items():
+                    record[f"extractor/{key}"] = value
+        return record
+
+    # ------------------------------------------------------------------ the run
+    def train(self) -> dict[str, Any]:
+        """Run the remaining iterations, checkpoint, evaluate; return a summary."""
+        from tqdm import tqdm
+
+        cfg = self.config
+        bar = tqdm(
+            total=cfg.iterations,
+            initial=self.iteration,
+            desc=f"{self.algorithm} iterations",
+            disable=not cfg.progress,
+        )
+        start = time.perf_counter()
+        last: dict[str, Any] = {}
+        while self.iteration < cfg.iterations:
+            last = self.train_iteration()
+            bar.set_postfix(success=f"{last['success']:.2f}", wait=f"{last['actor_wait_s']:.2f}s")
+            bar.update()
+        bar.close()
+        if self.worker is not None:
+            with self.clock.measure("final_drain"):
+                self.worker.drain()
+        self.save_checkpoint()
+        evaluation = self.evaluate() if cfg.eval_tasks > 0 else {}
+        summary = {
+            "algorithm": self.algorithm,
+            "iterations": self.iteration,
+            "rollouts": self.rollouts_done,
+            "train_time_s": time.perf_counter() - start,
+            "last": last,
+            "evaluation": evaluation,
+        }
+        from comprl_gym.utils import atomic_write_json
+
+        atomic_write_json(self.output_dir / "summary.json", summary)
+        return summary
+
+    def evaluate(self) -> dict[str, Any]:
+        """Held-out tasks (seeds after the training pool), greedy, with and without experience.
+
+        Each (env id, mode) plays its ``eval_tasks`` episodes in one batched rollout call.
+        """
+        from comprl_gym.trainers.rollouts_adapter import play_episodes
+
+        cfg = self.config
+        self._play_calls = 0
+        modes = [False, True] if self.manager is not None else [False]
+        table: dict[str, Any] = {}
+        for env_id in cfg.env_ids:
+            row: dict[str, Any] = {}
+            for with_exp in modes:
+                jobs = [
+                    (
+                        self.make_env(env_id, with_exp, t),
+                        TaskRef(env_id, cfg.task_pool + t),
+                        t,
+                        with_exp,
+                    )
+                    for t in range(cfg.eval_tasks)
+                ]
+                episodes = play_episodes(self, jobs, greedy=True)
+                label = "with_experience" if with_exp else "without_experience"
+                row[label] = {
+                    "success": float(np.mean([e.won for e in episodes])),
+                    "score": float(np.mean([e.score for e in episodes])),
+                    "steps": float(np.mean([e.steps for e in episodes])),
+                    "episodes": len(episodes),
+                }
+            table[env_id] = row
+        if self.worker is not None:
+            self.worker.drain()
+        return table
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "config": self.config.to_dict(),
+            "iteration": self.iteration,
+            "rollouts_done": self.rollouts_done,
+            "task_rng": self.task_rng.getstate(),
+            "actor": self.actor.state_dict(),
+        }
+        if self.extractor is not None:
+            state["extractor"] = self.extractor.state_dict()
+            state["merges"] = self.merges
+        return state
+
+    def save_checkpoint(self) -> Path:
+        if self.worker is not None:
+            with self.clock.measure("checkpoint_drain"):
+                self.worker.drain()
+        store = None
+        if self.manager is not None:
+            self.manager.save()
+            store = self.store_dir
+        return self.checkpoints.save(self.iteration, self.state_dict(), store_dir=store)
+
+    def resume(self, step: int | None = None) -> None:
+        """Continue from a checkpoint exactly: weights, optimisers, RNGs, store, counters."""
+        data = self.checkpoints.load(step)
+        state = data["state"]
+        self.iteration = int(state["iteration"])
+        self.rollouts_done = int(state["rollouts_done"])
+        self.task_rng.setstate(state["task_rng"])
+        self.actor.load_state_dict(state["actor"])
+        if self.extractor is not None and "extractor" in state:
+            self.manager.close()
+            self.checkpoints.restore_store(data["step"], self.store_dir)
+            self.manager = self._open_manager()
+            self.extractor.manager = self.manager
+            self.extractor.load_state_dict(state["extractor"])
+            self.merges = int(state.get("merges", 0))
+            for key in [k for k in self._envs if k[1]]:
+                self._envs.pop(key).close()
+        from comprl_gym.trainers.rollouts_adapter import push_weights
+
+        push_weights(self)
+        restore_rng_state(data["rng"])
+        self.metrics.truncate_after(self.iteration)
+        logger.info("resumed from %s (iteration %d)", data["path"], self.iteration)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.drain()
+            self.worker.close()
+        for env in self._envs.values():
+            env.close()
+        self._envs.clear()
+        if self.manager is not None:
+            self.manager.close()
+        self.metrics.close()
+        # A vLLM engine holds its own copy of the weights and memory; the transformers
+        # backend shares the actor's module, which outlives the trainer.
+        if getattr(self.actor_backend, "name", "") == "vllm":
+            self.actor_backend.close()

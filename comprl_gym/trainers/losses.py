@@ -1,0 +1,139 @@
+"""Policy-gradient losses for the actor (clipped PG) and the extractor (CISPO).
+
+Every loss takes per-token tensors of shape ``(batch, tokens)``: the current log-probabilities
+``logp`` (with gradient), the log-probabilities under the policy that sampled the tokens
+``old_logp`` (no gradient), the advantage of each sequence ``advantages`` (``(batch,)`` or
+``(batch, 1)``) and a 0/1 ``mask`` that is 1 only on tokens the model itself generated. Env
+text, prompts and padding carry mask 0 and contribute nothing, neither to the loss nor to its
+normaliser.
+
+Example:
+    >>> import torch
+    >>> logp = torch.log(torch.tensor([[0.5, 0.25]])).requires_grad_()
+    >>> loss = cispo_loss(logp, logp.detach(), torch.tensor([1.0]), torch.tensor([[1.0, 1.0]]))
+    >>> round(loss.item(), 4)  # -(log 0.5 + log 0.25) / 2
+    1.0397
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Normalization = Literal["sequence", "token"]
+
+
+def _as_column(advantages: torch.Tensor) -> torch.Tensor:
+    return advantages.reshape(-1, 1) if advantages.dim() == 1 else advantages
+
+
+def aggregate(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    normalization: Normalization = "token",
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss over the masked tokens.
+
+    ``token``: sum over all active tokens divided by their count (TRL's ``bnpo``/``cispo``/DAPO
+    normalisation; long answers weigh more). ``sequence``: mean over each sequence's active
+    tokens, then mean over sequences (TRL's ``grpo``). ``num_tokens`` / ``num_sequences``
+    override the denominators so that micro-batches of one update add up to the full-batch loss.
+    """
+    mask = mask.to(per_token_loss.dtype)
+    if normalization == "token":
+        denominator = mask.sum() if num_tokens is None else torch.tensor(float(num_tokens))
+        return (per_token_loss * mask).sum() / denominator.clamp(min=1.0)
+    if normalization == "sequence":
+        per_sequence = (per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        count = per_sequence.numel() if num_sequences is None else num_sequences
+        return per_sequence.sum() / max(float(count), 1.0)
+    raise ValueError(f"normalization must be 'token' or 'sequence', got {normalization!r}")
+
+
+def clipped_pg_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    normalization: Normalization = "sequence",
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO/GRPO clipped surrogate: ``-min(r A, clip(r, 1-eps_low, 1+eps_high) A)``.
+
+    Returns the loss and statistics (the fraction of clipped active tokens, the mean ratio).
+    With one update per batch ``old_logp == logp.detach()`` and the loss is the plain policy
+    gradient ``-A log p`` (in value, ``-A``; in gradient, ``-A grad log p``).
+    """
+    advantages = _as_column(advantages).to(logp.dtype)
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    per_token = -torch.min(unclipped, clipped)
+    loss = aggregate(per_token, mask, normalization, num_tokens, num_sequences)
+    with torch.no_grad():
+        active = mask > 0
+        was_clipped = (clipped < unclipped) & active
+        n = active.sum().clamp(min=1)
+        stats = {
+            "clip_fraction": float(was_clipped.sum() / n),
+            "ratio_mean": float((ratio * active).sum() / n),
+        }
+    return loss, stats
+
+
+def cispo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_high: float = 5.0,
+    normalization: Normalization = "token",
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+) -> torch.Tensor:
+    """CISPO (MiniMax-M1; TRL ``loss_type="cispo"``): ``-sg(min(r, eps_high)) * A * log p``.
+
+    ``r = exp(logp - old_logp)`` is the per-token importance ratio. It is clipped from above
+    only and detached, so the gradient of every token is ``-w A grad log p``: no token is ever
+    dropped from the gradient, unlike PPO clipping. ``eps_high`` bounds the ratio itself
+    (TRL: ``torch.clamp(coef_1, max=epsilon_high)``; ScaleRL recommends 5.0), not ``1 + eps``.
+    Normalised over the active tokens of the batch, as TRL does for ``cispo``.
+    """
+    advantages = _as_column(advantages).to(logp.dtype)
+    weight = torch.clamp(torch.exp(logp - old_logp), max=eps_high).detach()
+    per_token = -weight * advantages * logp
+    return aggregate(per_token, mask, normalization, num_tokens, num_sequences)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    logits_to_keep: int | None = None,
+) -> torch.Tensor:
+    """Log-probability of each token given the ones before it.
+
+    Without ``logits_to_keep`` the shape is ``(batch, tokens - 1)`` and entry ``[b, t]`` is
+    ``log p(input_ids[b, t + 1] | input_ids[b, : t + 1])``. With ``logits_to_keep=k`` only the
+    last ``k`` tokens are scored (shape ``(batch, k)``) and the LM head runs on ``k + 1``
+    positions only, as TRL does for completions: prompts are long, completions short. Only
+    the gathered entries are kept, never a full ``(batch, tokens, vocab)`` log-softmax.
+    """
+    length = input_ids.shape[1]
+    if logits_to_keep is None or logits_to_keep >= length:
+        logits_to_keep = length - 1
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1
+    ).logits[:, :-1, :]
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = input_ids[:, -logits_to_keep:].unsqueeze(-1)
+    picked = torch.gather(logits, -1, targets).squeeze(-1)
+    return picked - torch.logsumexp(logits.float(), dim=-1).to(picked.dtype)

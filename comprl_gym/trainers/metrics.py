@@ -1,0 +1,78 @@
+"""Training metrics: one JSON line per iteration, optionally mirrored to TensorBoard.
+
+Example:
+    >>> import tempfile, json, pathlib
+    >>> folder = tempfile.mkdtemp()
+    >>> log = MetricsLogger(folder, tensorboard=False)
+    >>> log.log(1, {"success": 0.5, "minihack/success": 1.0})
+    >>> log.close()
+    >>> json.loads((pathlib.Path(folder) / "metrics.jsonl").read_text())["success"]
+    0.5
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class MetricsLogger:
+    """Append-only ``metrics.jsonl`` plus TensorBoard scalars under ``<folder>/tensorboard``.
+
+    Each line is flushed and fsync'ed, so a crash loses at most the line being written. On
+    resume, lines with a step beyond the checkpoint are dropped (:meth:`truncate_after`).
+    """
+
+    def __init__(self, folder: str | Path, tensorboard: bool = True):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / "metrics.jsonl"
+        self._writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(str(self.folder / "tensorboard"))
+            except ImportError:  # pragma: no cover - tensorboard is in the train extra
+                logger.warning("tensorboard is not installed; metrics go to JSONL only")
+
+    def log(self, step: int, values: dict[str, Any]) -> None:
+        record = {"step": step, "time": time.time(), **values}
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        if self._writer is not None:
+            for key, value in values.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records logged after ``step`` (they belong to a run that was not checkpointed)."""
+        if not self.path.exists():
+            return
+        kept = [
+            line
+            for line in self.path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
+        from comprl_gym.utils import atomic_write_text
+
+        atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(x) for x in self.path.read_text(encoding="utf-8").splitlines() if x]
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

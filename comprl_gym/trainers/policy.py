@@ -1,0 +1,288 @@
+"""One policy-gradient update of a causal LM on scored token sequences.
+
+A :class:`TrainSample` is a token sequence (prompt + the model's own completion), a 0/1 mask
+that is 1 only on the tokens the model generated (prompts, env observations, tool answers and
+padding are 0), the sequence's advantage and, when the sampler gave them, the sampling
+log-probabilities. :class:`PolicyOptimizer` owns a model and its AdamW optimiser and turns a
+batch of samples into one optimiser step with either loss of :mod:`comprl_gym.trainers.losses`.
+
+Example:
+    >>> from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
+    >>> from comprl_gym.trainers.config import ModelSettings
+    >>> opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-3), loss="cispo")
+    >>> sample = TrainSample([5, 6, 7, 8], [0, 0, 1, 1], advantage=1.0)
+    >>> stats = opt.update([sample])
+    >>> stats["tokens"]
+    2
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from comprl_gym.core import ConfigurationError
+from comprl_gym.trainers.config import ModelSettings
+from comprl_gym.trainers.losses import cispo_loss, clipped_pg_loss, token_logprobs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainSample:
+    """One sequence to learn from.
+
+    Attributes:
+        input_ids: prompt and completion token ids.
+        action_mask: 1 on tokens the trained model generated, 0 elsewhere (same length).
+        advantage: the sequence's advantage.
+        old_logprobs: sampling log-probability per token (aligned with ``input_ids``; entries
+            under mask 0 are ignored), or ``None`` to treat the batch as on-policy.
+        weight: multiplies the advantage (the extractor's training-count-aware reweighting).
+        meta: free-form bookkeeping (env id, group, half...).
+    """
+
+    input_ids: list[int]
+    action_mask: list[int]
+    advantage: float
+    old_logprobs: list[float] | None = None
+    weight: float = 1.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.input_ids) != len(self.action_mask):
+            raise ConfigurationError(
+                f"input_ids ({len(self.input_ids)}) and action_mask ({len(self.action_mask)}) "
+                "must have the same length"
+            )
+        if self.old_logprobs is not None and len(self.old_logprobs) != len(self.input_ids):
+            raise ConfigurationError("old_logprobs must align with input_ids")
+
+    @classmethod
+    def from_generation(
+        cls, prompt_ids: list[int], completion_ids: list[int], advantage: float, **kwargs: Any
+    ) -> TrainSample:
+        """Prompt tokens masked out, completion tokens trained on."""
+        logprobs = kwargs.pop("completion_logprobs", None)
+        old = None
+        if logprobs is not None and len(logprobs) == len(completion_ids):
+            old = [0.0] * len(prompt_ids) + list(logprobs)
+        return cls(
+            list(prompt_ids) + list(completion_ids),
+            [0] * len(prompt_ids) + [1] * len(completion_ids),
+            advantage,
+            old_logprobs=old,
+            **kwargs,
+        )
+
+    @property
+    def num_action_tokens(self) -> int:
+        return int(sum(self.action_mask))
+
+
+def load_causal_lm(settings: ModelSettings) -> tuple[Any, Any]:
+    """Load ``settings.model`` (``smollm2``, ``tiny`` or a folder) for training, with LoRA if set."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from comprl_gym.llm.models import resolve_model
+
+    path = resolve_model(settings.model)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    if settings.lora.enabled:
+        from comprl_gym.core import require
+
+        peft = require("peft", "LoRA training", "train")
+        lora = peft.LoraConfig(
+            r=settings.lora.r,
+            lora_alpha=settings.lora.alpha,
+            lora_dropout=settings.lora.dropout,
+            target_modules=settings.lora.target_modules,
+            task_type="CAUSAL_LM",
+        )
+        model = peft.get_peft_model(model, lora)
+    return model, tokenizer
+
+
+class PolicyOptimizer:
+    """A causal LM, its AdamW optimiser and one loss: ``update(samples)`` is one step.
+
+    ``loss="clipped"`` is the actor's PPO/GRPO clipped surrogate; ``loss="cispo"`` the
+    extractor's CISPO. Micro-batches accumulate gradients with the full batch's normaliser,
+    so the step equals one full-batch step whatever ``micro_batch_size`` is.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        settings: ModelSettings,
+        loss: Literal["clipped", "cispo"] = "clipped",
+        clip_eps_low: float = 0.2,
+        clip_eps_high: float = 0.28,
+        cispo_eps_high: float = 5.0,
+        normalization: Literal["sequence", "token"] = "sequence",
+    ):
+        if loss not in ("clipped", "cispo"):
+            raise ConfigurationError(f"loss must be 'clipped' or 'cispo', got {loss!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.loss = loss
+        self.clip_eps_low = clip_eps_low
+        self.clip_eps_high = clip_eps_high
+        self.cispo_eps_high = cispo_eps_high
+        self.normalization = normalization
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self.steps = 0
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=settings.lr, weight_decay=settings.weight_decay
+        )
+
+    @classmethod
+    def from_settings(cls, settings: ModelSettings, **kwargs: Any) -> PolicyOptimizer:
+        model, tokenizer = load_causal_lm(settings)
+        return cls(model, tokenizer, settings, **kwargs)
+
+    # ------------------------------------------------------------------ batching
+    def _pad(self, samples: list[TrainSample]) -> dict[str, torch.Tensor]:
+        length = max(len(s.input_ids) for s in samples)
+        n = len(samples)
+        ids = torch.full((n, length), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((n, length), dtype=torch.long)
+        mask = torch.zeros((n, length), dtype=torch.float32)
+        old = torch.zeros((n, length), dtype=torch.float32)
+        has_old = torch.zeros((n, 1), dtype=torch.bool)
+        for i, s in enumerate(samples):
+            k = len(s.input_ids)
+            ids[i, :k] = torch.tensor(s.input_ids)
+            attention[i, :k] = 1
+            mask[i, :k] = torch.tensor(s.action_mask, dtype=torch.float32)
+            if s.old_logprobs is not None:
+                old[i, :k] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+                has_old[i] = True
+        advantages = torch.tensor([s.advantage * s.weight for s in samples], dtype=torch.float32)
+        # Position t of the log-prob tensor scores token t + 1: shift masks and old logprobs.
+        return {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "mask": mask[:, 1:],
+            "old": old[:, 1:],
+            "has_old": has_old,
+            "advantages": advantages,
+        }
+
+    # ------------------------------------------------------------------ the step
+    def update(self, samples: list[TrainSample]) -> dict[str, float]:
+        """One optimiser step on ``samples``; returns loss and throughput statistics.
+
+        Samples without a learning signal (advantage 0 or no action token) are skipped; a
+        batch with none left makes no step (AdamW would still move the weights through its
+        momentum and weight decay).
+        """
+        start = time.perf_counter()
+        useful = [s for s in samples if s.num_action_tokens > 0 and s.advantage * s.weight != 0]
+        total_tokens = sum(len(s.input_ids) for s in useful)
+        stats: dict[str, float] = {
+            "loss": 0.0,
+            "samples": len(useful),
+            "tokens": sum(s.num_action_tokens for s in useful),
+            "seq_tokens": total_tokens,
+            "grad_norm": 0.0,
+            "clip_fraction": 0.0,
+            "update_time_s": 0.0,
+        }
+        if self.settings.frozen or not useful:
+            return stats
+        self.model.train()
+        num_tokens = float(stats["tokens"])
+        num_sequences = float(len(useful))
+        micro = max(1, self.settings.micro_batch_size)
+        self.optimizer.zero_grad(set_to_none=True)
+        clip_sum = 0.0
+        # Sort by length so micro-batches pad little.
+        ordered = sorted(useful, key=lambda s: len(s.input_ids))
+        for begin in range(0, len(ordered), micro):
+            chunk = ordered[begin : begin + micro]
+            batch = self._pad(chunk)
+            # Score only from the first trained token on (prompts are long, actions short).
+            first = min(s.action_mask.index(1) for s in chunk)
+            keep = batch["input_ids"].shape[1] - max(first, 1)
+            for key in ("mask", "old"):
+                batch[key] = batch[key][:, -keep:]
+            # Temperature 1: the backends report log-probs of the unprocessed distribution.
+            logp = token_logprobs(
+                self.model, batch["input_ids"], batch["attention_mask"], logits_to_keep=keep
+            )
+            old = torch.where(batch["has_old"], batch["old"], logp.detach())
+            if self.loss == "cispo":
+                loss = cispo_loss(
+                    logp,
+                    old,
+                    batch["advantages"],
+                    batch["mask"],
+                    eps_high=self.cispo_eps_high,
+                    normalization="token",
+                    num_tokens=num_tokens,
+                )
+            else:
+                loss, extra = clipped_pg_loss(
+                    logp,
+                    old,
+                    batch["advantages"],
+                    batch["mask"],
+                    eps_low=self.clip_eps_low,
+                    eps_high=self.clip_eps_high,
+                    normalization=self.normalization,
+                    num_tokens=num_tokens,
+                    num_sequences=num_sequences,
+                )
+                clip_sum += extra["clip_fraction"] * float(batch["mask"].sum())
+            loss.backward()
+            stats["loss"] += float(loss.detach())
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.settings.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
+        else:
+            norm = torch.linalg.vector_norm(
+                torch.stack([p.grad.norm() for p in params if p.grad is not None])
+            )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
+        elapsed = time.perf_counter() - start
+        stats["grad_norm"] = float(norm)
+        stats["clip_fraction"] = clip_sum / max(num_tokens, 1.0)
+        stats["update_time_s"] = elapsed
+        stats["tokens_per_s"] = total_tokens / max(elapsed, 1e-9)
+        return stats
+
+    # ------------------------------------------------------------------ state
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full-model weights in Hugging Face names (LoRA merged in), for a rollout engine."""
+        model = self.model
+        if hasattr(model, "merge_and_unload"):  # PEFT: push merged weights, keep the adapter
+            import copy
+
+            merged = copy.deepcopy(model).merge_and_unload()
+            return {k: v.detach() for k, v in merged.state_dict().items()}
+        return {k: v.detach() for k, v in model.state_dict().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
