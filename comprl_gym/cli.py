@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
-from typing import Any
 
 import gymnasium as gym
 
 import comprl_gym
 from comprl_gym.registration import ENV_TABLE, markdown_table
+from comprl_gym.utils import parse_key_values
 
 #: Modules that add sub-commands: each has ``add_commands(subparsers)``.
 COMMAND_MODULES = ("comprl_gym.bench.cli", "comprl_gym.trainers.cli")
@@ -34,21 +33,8 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--env-arg takes KEY=VALUE, got {pair!r}")
-        try:
-            kwargs[key] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key] = value
-    return kwargs
-
-
 def _cmd_play(args: argparse.Namespace) -> int:
-    env = gym.make(args.env_id, **_parse_kwargs(args.env_arg))
+    env = gym.make(args.env_id, **parse_key_values(args.env_arg))
     observation, info = env.reset(seed=args.seed)
     print(f"Task: {info['task']}\n")
     print(observation)
@@ -85,7 +71,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rows = []
     bar = tqdm(total=len(env_ids) * args.episodes, desc="episodes", unit="ep")
     for env_id in env_ids:
-        env = gym.make(env_id, **_parse_kwargs(args.env_arg))
+        env = gym.make(env_id, **parse_key_values(args.env_arg))
         agent = make_agent(args.agent, env, seed=args.seed)
         results = []
         for episode in range(args.episodes):

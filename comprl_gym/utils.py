@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +49,39 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """:func:`atomic_write_bytes` for an indented JSON document."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive lock across processes, held for the ``with`` block.
+
+    Builders of one cached artefact (a converted model, a sandbox image) take it so that two
+    processes never build the same thing at once.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def parse_key_values(pairs: list[str], flag: str = "--env-arg") -> dict[str, Any]:
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``; values are JSON when they parse as JSON.
+
+    Example:
+        >>> parse_key_values(["max_steps=5", "split=train", 'task_types=["a"]'])
+        {'max_steps': 5, 'split': 'train', 'task_types': ['a']}
+    """
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"{flag} takes KEY=VALUE, got {pair!r}")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs

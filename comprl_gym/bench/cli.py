@@ -12,22 +12,10 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from typing import Any
 
-
-def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--env-arg takes KEY=VALUE, got {pair!r}")
-        try:
-            kwargs[key] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key] = value
-    return kwargs
+from comprl_gym.utils import parse_key_values
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -45,7 +33,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out_dir=args.out,
         parallel=args.parallel,
         max_steps=args.max_steps,
-        env_kwargs=_parse_kwargs(args.env_arg),
+        env_kwargs=parse_key_values(args.env_arg),
         task_seed_offset=args.task_seed_offset,
         paired_experience=args.paired_experience,
         experience=args.experience,

@@ -155,7 +155,6 @@ def _row_to_experience(row: Sequence[Any]) -> Experience:
     )
 
 
-
 def import_usearch() -> Any:
     """Import ``usearch.index``, loading Fast Downward's library first when it is installed.
 

@@ -135,15 +135,20 @@ class LLMBackend(ABC):
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
         """One completion per raw prompt string, in order."""
 
-    @abstractmethod
     def apply_chat_template(
         self, messages: list[Message], add_generation_prompt: bool = True
     ) -> str:
-        """The prompt string the model's chat template makes of ``messages``."""
+        """The prompt string the model's chat template makes of ``messages``.
 
-    @abstractmethod
+        The default uses the backend's Hugging Face tokenizer (``self.tokenizer``).
+        """
+        return self.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
     def count_tokens(self, text: str) -> int:
-        """Number of tokens of ``text`` under the model's tokenizer."""
+        """Number of tokens of ``text`` under the model's tokenizer (``self.tokenizer``)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # type: ignore[attr-defined]
 
     def chat(self, conversations: list[list[Message]], params: SamplingParams) -> list[Generation]:
         """One completion per conversation; the chat template is applied here."""

@@ -18,18 +18,15 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.util
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from comprl_gym.core import ConfigurationError, DataError, DependencyMissingError
-from comprl_gym.utils import cache_dir
+from comprl_gym.utils import cache_dir, file_lock
 
 logger = logging.getLogger(__name__)
 
@@ -43,18 +40,6 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Serialise builders of one cached model across processes (tests run in parallel)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -86,7 +71,7 @@ def default_model_path() -> Path:
     if (final / "config.json").exists():
         return final
     gguf = smollm2_gguf_file()
-    with _file_lock(cache_dir("models") / f".{SMOLLM2_FOLDER}.lock"):
+    with file_lock(cache_dir("models") / f".{SMOLLM2_FOLDER}.lock"):
         if (final / "config.json").exists():
             return final
         torch = __import__("torch")
@@ -116,7 +101,7 @@ def tiny_model_path(seed: int = 0) -> Path:
     final = cache_dir("models") / name
     if (final / "config.json").exists():
         return final
-    with _file_lock(cache_dir("models") / f".{name}.lock"):
+    with file_lock(cache_dir("models") / f".{name}.lock"):
         if (final / "config.json").exists():
             return final
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}."))

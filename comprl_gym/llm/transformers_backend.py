@@ -25,7 +25,6 @@ from comprl_gym.llm.base import (
     BackendError,
     Generation,
     LLMBackend,
-    Message,
     SamplingParams,
     truncate_at_stop,
 )
@@ -88,16 +87,6 @@ class TransformersBackend(LLMBackend):
         self.model.eval()
 
     # ---- interface -----------------------------------------------------------------------
-    def apply_chat_template(
-        self, messages: list[Message], add_generation_prompt: bool = True
-    ) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
     def update_weights(self, state_dict: dict[str, Any]) -> None:
         """Copy ``state_dict`` into the model; a partial dict (e.g. trained layers only) is
         fine, but a name the model does not have is an error (it would silently change nothing).

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from comprl_gym.core import require
-from comprl_gym.llm.base import BackendError, Generation, LLMBackend, Message, SamplingParams
+from comprl_gym.llm.base import BackendError, Generation, LLMBackend, SamplingParams
 from comprl_gym.llm.models import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -106,16 +106,6 @@ class VLLMBackend(LLMBackend):
         logger.info("vLLM engine for %s up in %.1f s", path, time.perf_counter() - started)
         self.tokenizer = self.llm.get_tokenizer()
         self.weight_version = 0
-
-    def apply_chat_template(
-        self, messages: list[Message], add_generation_prompt: bool = True
-    ) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _request_params(self, params: SamplingParams, index: int) -> Any:
         return self._vllm.SamplingParams(

@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import json
@@ -27,13 +26,11 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from comprl_gym.core import EnvBackendError
-from comprl_gym.utils import atomic_write_json, cache_dir
+from comprl_gym.utils import atomic_write_json, cache_dir, file_lock
 
 logger = logging.getLogger(__name__)
 
@@ -76,18 +73,6 @@ def official_image_names(instance_id: str) -> list[str]:
     return [local, f"swebench/{local}".replace("__", "_1776_")]
 
 
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock across processes, so that two envs never build the same thing twice."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _add_sandbox_user(root: Path) -> None:
     """Add the unprivileged user to the tree by editing passwd/group (no chroot needed)."""
     uid = SANDBOX_UID
@@ -117,7 +102,7 @@ def build_rootfs(force: bool = False) -> Path:
     done_marker = target / ".comprl-gym-complete"
     if done_marker.exists() and not force:
         return target
-    with _file_lock(target.parent / f".{target.name}.lock"):
+    with file_lock(target.parent / f".{target.name}.lock"):
         if done_marker.exists() and not force:
             return target
         if shutil.which("debootstrap") is None:
@@ -192,7 +177,7 @@ def ensure_base_image(client: Any) -> str:
     if _image_exists(client, tag):
         return tag
     root = build_rootfs()
-    with _file_lock(cache_dir("swebench") / ".base-image.lock"):
+    with file_lock(cache_dir("swebench") / ".base-image.lock"):
         if _image_exists(client, tag):
             return tag
         logger.info("importing %s into Docker as %s", root, tag)
@@ -276,7 +261,7 @@ def _usage_file() -> Path:
 def touch_image(name: str) -> None:
     """Record that an image was just used (for least-recently-used pruning)."""
     path = _usage_file()
-    with _file_lock(path.with_suffix(".lock")):
+    with file_lock(path.with_suffix(".lock")):
         try:
             usage = json.loads(path.read_text())
         except (OSError, ValueError):
