@@ -9,10 +9,10 @@ that reject the field are retried once without it and remembered).
 Errors are :class:`~comprl_gym.llm.base.BackendError` with the URL and what to check; timeouts,
 429 and 5xx are retried with back-off (``max_retries``).
 
-Example:
-    >>> from comprl_gym.llm.openai_backend import OpenAIBackend
-    >>> backend = OpenAIBackend("http://127.0.0.1:8000/v1", model="smollm2")  # doctest: +SKIP
-    >>> backend.chat([[{"role": "user", "content": "hi"}]], SamplingParams())  # doctest: +SKIP
+Example (needs a running server)::
+    from comprl_gym.llm.openai_backend import OpenAIBackend
+    backend = OpenAIBackend("http://127.0.0.1:8000/v1", model="smollm2")
+    backend.chat([[{"role": "user", "content": "hi"}]], SamplingParams())
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ parameter names) into the running engine through ``collective_rpc("reload_weight
 drops the prefix cache, so the next generation samples from the new policy.
 
 Example:
-    >>> from comprl_gym.llm import SamplingParams
-    >>> from comprl_gym.llm.vllm_backend import VLLMBackend
-    >>> backend = VLLMBackend("tiny")  # doctest: +SKIP
-    >>> backend.generate(["hi"], SamplingParams(max_tokens=4))[0].completion_logprobs  # doctest: +SKIP
+    from comprl_gym.llm import SamplingParams
+    from comprl_gym.llm.vllm_backend import VLLMBackend
+    backend = VLLMBackend("tiny")
+    backend.generate(["hi"], SamplingParams(max_tokens=4))[0].completion_logprobs
     [-6.2, -5.7, -5.9, -6.0]
 """
 

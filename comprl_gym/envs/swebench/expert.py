@@ -2,10 +2,10 @@
 it with ``git apply``, and submits. It resolves every instance whose gold patch is right.
 
 Example (needs a sandbox):
-    >>> import gymnasium as gym, comprl_gym  # doctest: +SKIP
-    >>> from comprl_gym.bench.runner import run_episode  # doctest: +SKIP
-    >>> env = gym.make("comprl/SWEBench-v0")  # doctest: +SKIP
-    >>> expert = SWEBenchExpert(env)  # doctest: +SKIP
+    import gymnasium as gym, comprl_gym
+    from comprl_gym.bench.runner import run_episode
+    env = gym.make("comprl/SWEBench-v0")
+    expert = SWEBenchExpert(env)
 """
 
 from __future__ import annotations

@@ -107,8 +107,8 @@ class DockerSandbox(Sandbox):
     """One container from ``image``; ``close()`` removes it.
 
     Example (needs a Docker engine and the image):
-        >>> sandbox = DockerSandbox(docker_client(), image)  # doctest: +SKIP
-        >>> sandbox.run("echo hi", timeout=10).output  # doctest: +SKIP
+        sandbox = DockerSandbox(docker_client(), image)
+        sandbox.run("echo hi", timeout=10).output
         'hi\\n'
     """
 
