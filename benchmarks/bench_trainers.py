@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p = sub.add_parser("learning")
     p.add_argument("--model", default="smollm2")
-    p.add_argument("--env-id", default="comprl/MiniHack-Room-5x5-v0")
+    p.add_argument("--env-id", default="comprl/MiniHack-Room-Random-5x5-v0")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--groups", type=int, default=2)
