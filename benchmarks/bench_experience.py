@@ -149,7 +149,7 @@ def main() -> None:
 
     index = store._indexes[keys[0]]
     sweep = []
-    for ef in (32, 64, 128, 256):
+    for ef in sorted({32, 64, 128, 256, config.hnsw_expansion_search}):
         index.expansion_search = ef
         found, times = timed_batches(lambda b: store.search(b, K, keys)[0], queries)
         sweep.append(row(f"usearch HNSW ef={ef}", times, len(queries), recall(found, truth)))
