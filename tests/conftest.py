@@ -29,3 +29,13 @@ def shared_data_dir() -> Path:
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     return shared_data_dir()
+
+
+def teacher_forced_logprobs(model, prompt_ids: list[int], completion: list[int]) -> list[float]:
+    """log p(token | prefix) of each completion token under a Hugging Face causal LM."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + completion])).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(completion)]

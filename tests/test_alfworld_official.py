@@ -7,7 +7,6 @@ under ``$COMPRL_SHARED_DATA``. They are required: a missing folder fails with a 
 from __future__ import annotations
 
 import json
-import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -20,23 +19,9 @@ from comprl_gym.envs.alfworld.data import TASK_TYPES, collect_games, load_game
 from comprl_gym.envs.alfworld.expert import ALFWorldExpert
 
 
-def shared_alfworld_dir() -> Path:
-    candidates = [Path(__file__).resolve().parents[1].parent / "shared" / "data"]
-    if os.environ.get("COMPRL_SHARED_DATA"):
-        candidates.append(Path(os.environ["COMPRL_SHARED_DATA"]))
-    for base in candidates:
-        if (base / "alfworld" / "json_2.1.1" / "valid_unseen").is_dir():
-            return base / "alfworld"
-    pytest.fail(
-        "the official ALFWorld games are missing: expected json_2.1.1/ under "
-        + " or ".join(str(c / "alfworld") for c in candidates)
-        + " (put shared/ beside the clone or set COMPRL_SHARED_DATA)"
-    )
-
-
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    path = shared_alfworld_dir()
+def data_dir(tmp_path_factory, shared_data: Path) -> Path:
+    path = shared_data / "alfworld"
     cache = tmp_path_factory.mktemp("comprl-cache")
     with pytest.MonkeyPatch.context() as patch:  # cold compiled-game cache, as in CI
         patch.setenv("COMPRL_GYM_CACHE", str(cache))

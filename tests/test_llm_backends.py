@@ -7,6 +7,7 @@ import threading
 
 import pytest
 import torch
+from conftest import teacher_forced_logprobs
 
 from comprl_gym.llm import BackendError, SamplingParams, make_backend
 from comprl_gym.llm.models import resolve_model, tiny_model_path
@@ -20,17 +21,6 @@ PROMPTS = ["go north and take the key", "You are in the middle of a room", "clic
 @pytest.fixture(scope="module")
 def tiny() -> TransformersBackend:
     return TransformersBackend("tiny")
-
-
-def _teacher_forced_logprobs(
-    backend: TransformersBackend, prompt_ids: list[int], completion: list[int]
-) -> list[float]:
-    ids = torch.tensor([prompt_ids + completion])
-    with torch.no_grad():
-        logits = backend.model(ids).logits[0].float()
-    logprobs = torch.log_softmax(logits, dim=-1)
-    start = len(prompt_ids)
-    return [float(logprobs[start - 1 + i, tok]) for i, tok in enumerate(completion)]
 
 
 def test_tiny_model_is_deterministic_and_cached():
@@ -50,7 +40,9 @@ def test_batched_generation_logprobs_match_a_teacher_forced_forward_pass(tiny):
             == tiny.tokenizer(gen.prompt, add_special_tokens=False)["input_ids"]
         )
         assert 1 <= len(gen.completion_token_ids) == len(gen.completion_logprobs) <= 6
-        expected = _teacher_forced_logprobs(tiny, gen.prompt_token_ids, gen.completion_token_ids)
+        expected = teacher_forced_logprobs(
+            tiny.model, gen.prompt_token_ids, gen.completion_token_ids
+        )
         assert gen.completion_logprobs == pytest.approx(expected, abs=2e-4)
 
 

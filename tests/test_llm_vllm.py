@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import teacher_forced_logprobs
 
 from comprl_gym.llm import SamplingParams
 from comprl_gym.llm.models import tiny_model_path
@@ -34,13 +35,6 @@ def hf_model():
     return AutoModelForCausalLM.from_pretrained(str(tiny_model_path()), dtype=torch.float32).eval()
 
 
-def _teacher_forced(model, prompt_ids, completion):
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt_ids + completion])).logits[0].float()
-    logprobs = torch.log_softmax(logits, dim=-1)
-    return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(completion)]
-
-
 def test_batched_generation_returns_tokens_and_true_logprobs(engine, hf_model):
     gens = engine.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=1.0, seed=0))
     assert len(gens) == 8
@@ -51,7 +45,7 @@ def test_batched_generation_returns_tokens_and_true_logprobs(engine, hf_model):
         )
         assert 1 <= len(gen.completion_token_ids) == len(gen.completion_logprobs) <= 6
         # vLLM's logprobs are those of the raw model, as a trainer recomputes them.
-        expected = _teacher_forced(hf_model, gen.prompt_token_ids, gen.completion_token_ids)
+        expected = teacher_forced_logprobs(hf_model, gen.prompt_token_ids, gen.completion_token_ids)
         assert gen.completion_logprobs == pytest.approx(expected, abs=5e-3)
     # seeds differ per request, so equal prompts do not sample equal completions
     same = engine.generate(["hello"] * 4, SamplingParams(max_tokens=6, temperature=1.0, seed=1))
@@ -70,7 +64,7 @@ def test_pushed_weights_change_the_logprobs(engine, hf_model):
         for b, a in zip(before, after):
             assert b.completion_logprobs != pytest.approx(a.completion_logprobs, abs=1e-3)
             # ...and they are exactly the new model's logprobs: the weights really arrived.
-            expected = _teacher_forced(hf_model, a.prompt_token_ids, a.completion_token_ids)
+            expected = teacher_forced_logprobs(hf_model, a.prompt_token_ids, a.completion_token_ids)
             assert a.completion_logprobs == pytest.approx(expected, abs=5e-3)
     finally:
         from transformers import AutoModelForCausalLM

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from pathlib import Path
 
@@ -25,19 +24,9 @@ from comprl_gym.envs.webshop.generator import (
 from comprl_gym.envs.webshop.reward import get_reward, normalize_color
 
 
-def shared_data() -> Path:
-    root = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    if not root.is_dir() and os.environ.get("COMPRL_SHARED_DATA"):
-        root = Path(os.environ["COMPRL_SHARED_DATA"])
-    return root / "webshop-official-sample"
-
-
 @pytest.fixture(scope="module")
-def sample() -> Path:
-    folder = shared_data()
-    if not folder.is_dir():
-        pytest.skip(f"official WebShop sample not found at {folder} (set COMPRL_SHARED_DATA)")
-    return folder
+def sample(shared_data: Path) -> Path:
+    return shared_data / "webshop-official-sample"
 
 
 def sample_files(folder: Path) -> CatalogFiles:
@@ -163,7 +152,7 @@ def test_missing_folder_and_files(tmp_path):
         load_catalog(tmp_path)
 
 
-def test_generated_catalog_schema_size_and_determinism():
+def test_generated_catalog_schema_size_and_determinism(sample):
     products, attributes, human, reviews = generate_catalog(num_products=1000)
     assert len(products) >= 1000
     assert {p["category"] for p in products} == {
@@ -171,11 +160,7 @@ def test_generated_catalog_schema_size_and_determinism():
     }  # fmt: skip
     assert sum(len(v) for v in human.values()) >= 500
     assert generate_catalog(num_products=1000)[0] == products  # deterministic
-    raw_official_keys = (
-        set(json.loads((shared_data() / "items_shuffle_sample.json").read_text())[0])
-        if shared_data().is_dir()
-        else set()
-    )
+    raw_official_keys = set(json.loads((sample / "items_shuffle_sample.json").read_text())[0])
     assert raw_official_keys <= set(products[0])  # every official field present
     assert len({p["asin"] for p in products}) == len(products)
     assert len(PRODUCT_TYPES) == 50 and reviews
