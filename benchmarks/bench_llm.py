@@ -22,7 +22,7 @@ def run(backend_name: str, args: argparse.Namespace) -> dict[str, float]:
     import comprl_gym  # noqa: F401
     from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
     from comprl_gym.llm import make_backend
-    from comprl_gym.trainers.rollouts import collect_rollouts
+    from comprl_gym.rollouts import collect_rollouts
 
     started = time.perf_counter()
     kwargs = {"max_model_len": 4096} if backend_name == "vllm" else {}

@@ -20,12 +20,12 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from comprl_gym.bench.runner import run_episode  # noqa: E402
 from comprl_gym.envs.webshop import WebShopEnv  # noqa: E402
 from comprl_gym.envs.webshop.catalog import load_catalog  # noqa: E402
 from comprl_gym.envs.webshop.expert import WebShopExpert  # noqa: E402
 from comprl_gym.envs.webshop.generator import generate_catalog, generated_data_dir  # noqa: E402
 from comprl_gym.envs.webshop.search import SearchEngine, document_text  # noqa: E402
+from comprl_gym.rollouts import run_episode  # noqa: E402
 
 logging.basicConfig(level=logging.WARNING)
 logging.getLogger("bm25s").setLevel(logging.WARNING)

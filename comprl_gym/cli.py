@@ -2,7 +2,7 @@
 
 ``envs`` lists the ids, ``play ID`` lets a person play in the terminal, ``run`` plays ids with
 a scripted agent and prints a table. ``eval``, ``leaderboard`` and ``train`` come from
-:mod:`comprl_gym.bench.cli` and :mod:`comprl_gym.trainers.cli`.
+:mod:`comprl_gym.evaluation.cli` and :mod:`comprl_gym.trainers.cli`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,17 @@ import importlib
 import sys
 
 import gymnasium as gym
+from tqdm import tqdm
 
 import comprl_gym
+from comprl_gym.agents import make_agent
+from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.registration import ENV_TABLE, markdown_table
+from comprl_gym.rollouts import RolloutConfig, RolloutWorker
 from comprl_gym.utils import parse_key_values
 
 #: Modules that add sub-commands: each has ``add_commands(subparsers)``.
-COMMAND_MODULES = ("comprl_gym.bench.cli", "comprl_gym.trainers.cli")
+COMMAND_MODULES = ("comprl_gym.evaluation.cli", "comprl_gym.trainers.cli")
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -60,24 +64,22 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from comprl_gym.agents import make_agent
-    from comprl_gym.bench.runner import expand_env_ids, run_episode
-
     env_ids = expand_env_ids(args.env_ids)
-    if len(env_ids) > 1 and "comprl/MiniHack-v0" in env_ids:
-        env_ids.remove("comprl/MiniHack-v0")  # the generic id repeats a named one
     rows = []
     bar = tqdm(total=len(env_ids) * args.episodes, desc="episodes", unit="ep")
     for env_id in env_ids:
         env = gym.make(env_id, **parse_key_values(args.env_arg))
-        agent = make_agent(args.agent, env, seed=args.seed)
-        results = []
-        for episode in range(args.episodes):
-            bar.set_postfix_str(env_id)
-            results.append(run_episode(env, agent, seed=args.seed + episode))
-            bar.update()
+        # One agent for all of an id's episodes, reset by the loop at each episode's start.
+        worker = RolloutWorker(
+            [env],
+            agent=make_agent(args.agent, env, seed=args.seed),
+            config=RolloutConfig(max_turns=None),
+        )
+        bar.set_postfix_str(env_id)
+        results = worker.run(
+            seeds=[args.seed + episode for episode in range(args.episodes)],
+            on_episode=lambda _: bar.update(),
+        )
         env.close()
         n = len(results)
         rows.append(

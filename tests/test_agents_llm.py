@@ -18,7 +18,7 @@ from comprl_gym.agents.llm_agent import (
 )
 from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
 from comprl_gym.core import ConfigurationError
-from comprl_gym.trainers.rollouts import collect_rollouts
+from comprl_gym.rollouts import collect_rollouts
 
 ALFWORLD_ACTIONS = [
     "look",

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from comprl_gym.bench.eval import EvalConfig, EvalInterrupted, load_episodes, run_eval
-from comprl_gym.bench.stats import bootstrap_ci, paired_difference_ci
 from comprl_gym.cli import main
 from comprl_gym.core import ConfigurationError, DataError
+from comprl_gym.evaluation.eval import EvalConfig, EvalInterrupted, load_episodes, run_eval
+from comprl_gym.evaluation.stats import bootstrap_ci, paired_difference_ci
 
 ENV = "comprl/MiniHack-Room-5x5-v0"
 

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from comprl_gym.bench.eval import EvalConfig, run_eval
-from comprl_gym.bench.leaderboard import build_leaderboard, write_leaderboard
 from comprl_gym.cli import main
 from comprl_gym.core import DataError
+from comprl_gym.evaluation.eval import EvalConfig, run_eval
+from comprl_gym.evaluation.leaderboard import build_leaderboard, write_leaderboard
 
 CHROMIUM_FLAGS = [
     "--headless",

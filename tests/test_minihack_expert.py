@@ -8,8 +8,8 @@ import pytest
 import comprl_gym  # noqa: F401 - registers comprl/* ids
 from comprl_gym.agents import RandomAgent
 from comprl_gym.agents.base import make_agent
-from comprl_gym.bench.runner import run_episode
 from comprl_gym.envs.minihack.expert import MiniHackExpert
+from comprl_gym.rollouts import run_episode
 
 SEEDS = range(20)
 

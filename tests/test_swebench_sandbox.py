@@ -311,7 +311,7 @@ def test_gym_make_expert_run_and_grading_at_the_step_limit():
 
     import comprl_gym  # noqa: F401 - registers the ids
     from comprl_gym.agents.base import make_agent
-    from comprl_gym.bench.runner import run_episode
+    from comprl_gym.rollouts import run_episode
 
     env = gym.make("comprl/SWEBench-v0", sandbox="bubblewrap")
     try:

@@ -25,7 +25,7 @@ from comprl_gym.llm.vllm_backend import VLLMBackend
 from comprl_gym.trainers.config import ModelSettings, TrainConfig
 from comprl_gym.trainers.losses import token_logprobs
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
-from comprl_gym.trainers.rollouts_adapter import make_actor_backend, push_weights
+from comprl_gym.trainers.base import make_actor_backend
 
 torch.manual_seed(0)
 actor = PolicyOptimizer.from_settings(
@@ -33,7 +33,7 @@ actor = PolicyOptimizer.from_settings(
 )
 config = TrainConfig.from_dict({"rollout_backend": "vllm", "actor": {"model": "tiny"}})
 backend = make_actor_backend(config, actor)
-assert isinstance(backend, VLLMBackend)
+assert isinstance(backend, VLLMBackend) and backend.supports_weight_sync
 params = SamplingParams(max_tokens=6, temperature=0, logprobs=True)
 prompt = backend.apply_chat_template([{"role": "user", "content": "go north"}])
 [before] = backend.generate([prompt], params)
@@ -42,8 +42,7 @@ prompt = backend.apply_chat_template([{"role": "user", "content": "go north"}])
 sample = TrainSample.from_generation(before.prompt_token_ids, before.completion_token_ids, 1.0)
 for _ in range(3):
     actor.update([sample])
-trainer = type("T", (), {"actor_backend": backend, "actor": actor})()
-push_weights(trainer)
+backend.update_weights(actor.trainable_state_dict())  # what Trainer.push_weights does
 
 ids = torch.tensor([before.prompt_token_ids + before.completion_token_ids])
 with torch.no_grad():

@@ -187,9 +187,9 @@ def test_split_ranges_follow_the_original():
 
 def test_env_runs_on_official_files_from_webshop_data(sample, tmp_path, monkeypatch):
     """The env loads official-format files from WEBSHOP_DATA and the expert buys well there."""
-    from comprl_gym.bench.runner import run_episode
     from comprl_gym.envs.webshop import WebShopEnv
     from comprl_gym.envs.webshop.expert import WebShopExpert
+    from comprl_gym.rollouts import run_episode
 
     (tmp_path / "items_shuffle_1000.json").write_bytes(
         (sample / "items_shuffle_sample.json").read_bytes()

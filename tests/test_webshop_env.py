@@ -10,9 +10,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import comprl_gym  # noqa: F401  (registers the ids)
-from comprl_gym.bench.runner import run_episode
 from comprl_gym.envs.webshop import WebShopEnv
 from comprl_gym.envs.webshop.expert import WebShopExpert
+from comprl_gym.rollouts import run_episode
 
 
 @pytest.fixture(scope="module")

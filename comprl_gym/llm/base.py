@@ -118,8 +118,9 @@ class LLMBackend(ABC):
     """A language model that completes batches of prompts.
 
     Subclasses implement :meth:`generate` and :meth:`apply_chat_template` (and
-    :meth:`count_tokens`); :meth:`chat` comes for free. ``update_weights`` is for backends that
-    serve a model being trained.
+    :meth:`count_tokens`); :meth:`chat` comes for free. A backend that serves its own copy of
+    a model being trained says so with :attr:`supports_weight_sync` and takes new weights
+    through :meth:`update_weights`.
     """
 
     #: Short backend name: ``"transformers"``, ``"vllm"``, ``"openai"``.
@@ -130,6 +131,10 @@ class LLMBackend(ABC):
     #: may then start the reply for the model). An OpenAI server without a local tokenizer
     #: does not: its chat template is unknown here.
     supports_raw_prompts: bool = True
+    #: Whether the backend holds its own copy of the weights, which a trainer must refresh
+    #: with :meth:`update_weights` after every update (vLLM). A backend that generates with the
+    #: trained module itself (transformers, given ``model_object``) has nothing to sync.
+    supports_weight_sync: bool = False
 
     @abstractmethod
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:

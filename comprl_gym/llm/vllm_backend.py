@@ -70,6 +70,7 @@ class VLLMBackend(LLMBackend):
     """
 
     name = "vllm"
+    supports_weight_sync = True
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from comprl_gym.agents.base import load_object
 from comprl_gym.trainers.config import (
     ExperienceSettings,
     LoraSettings,
@@ -41,8 +42,6 @@ TRAINERS = {
 
 def make_trainer(config: TrainConfig) -> Any:
     """The trainer ``config.algorithm`` names, built from ``config``."""
-    from comprl_gym.agents.base import load_object
-
     return load_object(TRAINERS[config.algorithm])(config)
 
 
@@ -50,7 +49,5 @@ def __getattr__(name: str) -> Any:
     # Trainer classes import torch; keep ``import comprl_gym.trainers`` cheap.
     for path in TRAINERS.values():
         if path.endswith(":" + name):
-            from comprl_gym.agents.base import load_object
-
             return load_object(path)
     raise AttributeError(name)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,14 +40,23 @@ import gymnasium as gym
 import numpy as np
 
 import comprl_gym  # noqa: F401  (registers the comprl/* ids)
+from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
+from comprl_gym.agents.prompts import PromptConfig
 from comprl_gym.core import ConfigurationError
+from comprl_gym.llm.base import LLMBackend
+from comprl_gym.llm.models import resolve_model
+from comprl_gym.llm.transformers_backend import TransformersBackend
+from comprl_gym.llm.vllm_backend import VLLMBackend
+from comprl_gym.rollouts import RolloutConfig, Trajectory, collect_rollouts
+from comprl_gym.seeding import restore_rng_state, seed_everything
 from comprl_gym.trainers.advantages import grouped_advantages
-from comprl_gym.trainers.checkpoint import CheckpointManager, restore_rng_state, seed_everything
+from comprl_gym.trainers.background import ExperienceWorker, TimedManager, WaitClock
+from comprl_gym.trainers.checkpoint import CheckpointManager
 from comprl_gym.trainers.config import TrainConfig
-from comprl_gym.trainers.extractor import ExperienceExtractor, FinishedEpisode
-from comprl_gym.trainers.loop import ExperienceWorker, TimedManager, WaitClock
+from comprl_gym.trainers.extractor import ExperienceExtractor
 from comprl_gym.trainers.metrics import MetricsLogger
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
+from comprl_gym.utils import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
@@ -60,41 +69,20 @@ class TaskRef:
     seed: int
 
 
-@dataclass
-class PlayedEpisode:
-    """One finished rollout with everything training needs."""
+def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBackend:
+    """The engine that samples the actor's rollouts (``config.rollout_backend``).
 
-    env_id: str
-    env_family: str
-    seed: int
-    group: int
-    with_experience: bool
-    task: str
-    task_id: str
-    won: bool
-    score: float
-    steps: int
-    invalid_actions: int
-    #: One entry per actor generation: (prompt ids, completion ids, completion logprobs).
-    turns: list[tuple[list[int], list[int], list[float] | None]] = field(default_factory=list)
-    #: ``[(action, observation), ...]``
-    transcript: list[tuple[str, str]] = field(default_factory=list)
-    experience_ids: list[int] = field(default_factory=list)
-    search_and_ask_calls: int = 0
-    trajectory_id: str = ""
-
-    def finished(self) -> FinishedEpisode:
-        return FinishedEpisode(
-            self.trajectory_id,
-            self.env_id,
-            self.env_family,
-            self.task,
-            self.task_id,
-            self.won,
-            self.score,
-            list(self.transcript),
-            list(self.experience_ids),
-        )
+    ``transformers`` generates with the very module being trained (nothing to sync); ``vllm``
+    holds its own copy of the weights, which :meth:`Trainer.push_weights` refreshes after
+    every actor update.
+    """
+    if config.rollout_backend == "vllm":
+        backend = VLLMBackend(str(resolve_model(config.actor.model)), seed=config.seed)
+        if actor.settings.lora.enabled or actor.steps:
+            backend.update_weights(actor.trainable_state_dict())
+        return backend
+    # With LoRA the model is PEFT-wrapped: generation goes through the adapters.
+    return TransformersBackend(model_object=actor.model, tokenizer_object=actor.tokenizer)
 
 
 class Trainer:
@@ -121,6 +109,8 @@ class Trainer:
         self.task_rng = random.Random(config.seed)
         self.iteration = 0
         self.rollouts_done = 0
+        #: Agents made in this iteration: part of each batch's sampling seed.
+        self._play_calls = 0
         self.clock = WaitClock()
         actor_settings = config.actor
         if not self.trains_actor:
@@ -132,8 +122,6 @@ class Trainer:
             clip_eps_high=config.clip_eps_high,
             normalization=config.loss_normalization,
         )
-        from comprl_gym.trainers.rollouts_adapter import make_actor_backend
-
         self.actor_backend = make_actor_backend(config, self.actor)
         self.manager: Any = None
         self.extractor: ExperienceExtractor | None = None
@@ -164,8 +152,6 @@ class Trainer:
         return ExperienceManager(str(self.store_dir), config=exp_config)
 
     def _build_experience(self) -> None:
-        from comprl_gym.llm import TransformersBackend
-
         cfg = self.config
         extractor_settings = cfg.extractor
         if not self.trains_extractor:
@@ -201,12 +187,12 @@ class Trainer:
     def _experience_job(self, job: dict[str, Any]) -> None:
         """Background work for one actor iteration (runs in the worker thread)."""
         assert self.extractor is not None
-        episodes: list[PlayedEpisode] = job["episodes"]
+        episodes: list[Trajectory] = job["episodes"]
         step = job["step"]
-        self.extractor.record_outcomes(e.finished() for e in episodes)
-        groups: dict[int, list[FinishedEpisode]] = {}
+        self.extractor.record_outcomes(episodes)
+        groups: dict[int, list[Trajectory]] = {}
         for e in episodes:
-            groups.setdefault(e.group, []).append(e.finished())
+            groups.setdefault(e.group, []).append(e)
         for group in groups.values():
             self.extractor.write_from_group(group, step)
         stats = self.extractor.train_step(step) if self.trains_extractor else None
@@ -270,10 +256,8 @@ class Trainer:
             return self.extractor.refine(question, experiences, context)
 
     # ------------------------------------------------------------------ one iteration
-    def play(self, tasks: list[TaskRef], greedy: bool = False) -> list[PlayedEpisode]:
+    def play(self, tasks: list[TaskRef], greedy: bool = False) -> list[Trajectory]:
         """K rollouts of every task (the first K/2 with experience when it is on)."""
-        from comprl_gym.trainers.rollouts_adapter import play_episodes
-
         k = self.config.group_size
         jobs = []
         slots: dict[tuple[str, bool], int] = {}
@@ -284,14 +268,64 @@ class Trainer:
                 slots[(task.env_id, with_exp)] = slot + 1
                 env = self.make_env(task.env_id, with_exp, slot)
                 jobs.append((env, task, group, with_exp))
-        return play_episodes(self, jobs, greedy=greedy)
+        return self.play_jobs(jobs, greedy=greedy)
 
-    def episode_reward(self, episode: PlayedEpisode) -> float:
+    def _agent(self, greedy: bool) -> LLMAgent:
+        """A fresh agent per batch, its sampling seed fixed by (run seed, iteration, batch).
+
+        Seeding per batch rather than per agent lifetime makes a resumed run sample exactly what
+        the uninterrupted run sampled.
+        """
+        settings = self.config.actor
+        seed = (self.config.seed * 100_003 + self.iteration * 1_009 + self._play_calls) % 2**31
+        self._play_calls += 1
+        return LLMAgent(
+            self.actor_backend,
+            LLMAgentConfig(
+                temperature=0.0 if greedy else settings.temperature,
+                max_tokens=settings.max_new_tokens,
+                seed=seed,
+                prompt=PromptConfig(history_window=self.config.history_turns),
+            ),
+        )
+
+    def play_jobs(
+        self, jobs: list[tuple[Any, TaskRef, int, bool]], greedy: bool = False
+    ) -> list[Trajectory]:
+        """Play ``(env, task, group, with_experience)`` jobs in one batched rollout call.
+
+        Trajectories come back in job order, their ``group`` and ``with_experience`` in ``meta``.
+        """
+        cfg = self.config
+        trajectories = collect_rollouts(
+            [env for env, _, _, _ in jobs],
+            self._agent(greedy),
+            [task.seed for _, task, _, _ in jobs],
+            # Search steps of the experience wrapper do not count towards the env's step limit.
+            config=RolloutConfig(
+                max_turns=cfg.max_episode_steps + cfg.experience.search_and_ask_budget + 1
+            ),
+            meta=[{"group": group, "with_experience": with_exp} for _, _, group, with_exp in jobs],
+        )
+        for trajectory in trajectories:
+            if trajectory.error:
+                logger.warning("episode %s failed: %s", trajectory.episode_id, trajectory.error)
+        return trajectories
+
+    def push_weights(self) -> None:
+        """After an actor update: make the rollout engine sample from the new weights.
+
+        A backend that shares the trained module (transformers) has nothing to copy.
+        """
+        if self.actor_backend.supports_weight_sync:
+            self.actor_backend.update_weights(self.actor.trainable_state_dict())
+
+    def episode_reward(self, episode: Trajectory) -> float:
         """The outcome reward (``config.reward``) minus the invalid-action penalty."""
         outcome = episode.score if self.config.reward == "score" else float(episode.won)
         return outcome - self.config.invalid_action_penalty * episode.invalid_actions
 
-    def actor_samples(self, episodes: list[PlayedEpisode]) -> list[TrainSample]:
+    def actor_samples(self, episodes: list[Trajectory]) -> list[TrainSample]:
         """One sample per actor generation, with its episode's grouped advantage.
 
         Each turn's prompt (system text, task, env observations, experience) is masked; only
@@ -303,13 +337,15 @@ class Trainer:
         advantages = grouped_advantages(rewards, groups, halves, scale=self.config.scale_advantages)
         samples = []
         for episode, advantage in zip(episodes, advantages):
-            for prompt_ids, completion_ids, logprobs in episode.turns:
+            for turn in episode.turns:
+                if not turn.completion_token_ids:
+                    continue  # a scripted step: no model tokens to train on
                 samples.append(
                     TrainSample.from_generation(
-                        prompt_ids,
-                        completion_ids,
+                        turn.prompt_token_ids,
+                        turn.completion_token_ids,
                         float(advantage),
-                        completion_logprobs=logprobs,
+                        completion_logprobs=turn.completion_logprobs,
                         meta={"env_id": episode.env_id, "group": episode.group},
                     )
                 )
@@ -317,21 +353,20 @@ class Trainer:
 
     def train_iteration(self) -> dict[str, Any]:
         started = time.perf_counter()
-        self._play_calls = 0  # per-iteration sampling seeds (see rollouts_adapter._agent)
+        self._play_calls = 0  # per-iteration sampling seeds (see _agent)
         tasks = self.sample_tasks()
         rollout_start = time.perf_counter()
         episodes = self.play(tasks)
         rollout_s = time.perf_counter() - rollout_start
         self.iteration += 1
         for i, e in enumerate(episodes):
-            e.trajectory_id = f"it{self.iteration}-{i}"
+            # Deterministic ids, so a resumed run writes the same provenance.
+            e.episode_id = f"it{self.iteration}-{i}"
         self.rollouts_done += len(episodes)
         update = self.actor.update(self.actor_samples(episodes)) if self.trains_actor else {}
         if self.trains_actor and update.get("samples"):
-            from comprl_gym.trainers.rollouts_adapter import push_weights
-
             with self.clock.measure("weight_push"):
-                push_weights(self)
+                self.push_weights()
         self.actor.model.eval()
         if self.worker is not None:
             submit_start = time.perf_counter()
@@ -348,7 +383,7 @@ class Trainer:
 
     def _iteration_metrics(
         self,
-        episodes: list[PlayedEpisode],
+        episodes: list[Trajectory],
         update: dict[str, Any],
         waits: dict[str, float],
         rollout_s: float,
@@ -427,8 +462,6 @@ class Trainer:
             "last": last,
             "evaluation": evaluation,
         }
-        from comprl_gym.utils import atomic_write_json
-
         atomic_write_json(self.output_dir / "summary.json", summary)
         return summary
 
@@ -437,8 +470,6 @@ class Trainer:
 
         Each (env id, mode) plays its ``eval_tasks`` episodes in one batched rollout call.
         """
-        from comprl_gym.trainers.rollouts_adapter import play_episodes
-
         cfg = self.config
         self._play_calls = 0
         modes = [False, True] if self.manager is not None else [False]
@@ -455,7 +486,7 @@ class Trainer:
                     )
                     for t in range(cfg.eval_tasks)
                 ]
-                episodes = play_episodes(self, jobs, greedy=True)
+                episodes = self.play_jobs(jobs, greedy=True)
                 label = "with_experience" if with_exp else "without_experience"
                 row[label] = {
                     "success": float(np.mean([e.won for e in episodes])),
@@ -509,9 +540,7 @@ class Trainer:
             self.merges = int(state.get("merges", 0))
             for key in [k for k in self._envs if k[1]]:
                 self._envs.pop(key).close()
-        from comprl_gym.trainers.rollouts_adapter import push_weights
-
-        push_weights(self)
+        self.push_weights()
         restore_rng_state(data["rng"])
         self.metrics.truncate_after(self.iteration)
         logger.info("resumed from %s (iteration %d)", data["path"], self.iteration)
@@ -526,7 +555,7 @@ class Trainer:
         if self.manager is not None:
             self.manager.close()
         self.metrics.close()
-        # A vLLM engine holds its own copy of the weights and memory; the transformers
-        # backend shares the actor's module, which outlives the trainer.
-        if getattr(self.actor_backend, "name", "") == "vllm":
+        # An engine with its own copy of the weights (vLLM) holds memory of its own; the
+        # transformers backend shares the actor's module, which outlives the trainer.
+        if self.actor_backend.supports_weight_sync:
             self.actor_backend.close()

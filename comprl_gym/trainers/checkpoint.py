@@ -1,7 +1,7 @@
 """Checkpoints that resume a run exactly: weights, optimisers, RNG states, store, counters.
 
 A checkpoint is a folder ``<output_dir>/checkpoints/step-<N>/`` holding ``trainer.pt`` (every
-torch state and counter), ``rng.pt`` (Python, NumPy and torch generator states) and
+torch state and counter), ``rng.pt`` (Python, NumPy and torch generator states, from :mod:`comprl_gym.seeding`) and
 ``experience/`` (a copy of the experience store). It is built in a temporary folder and
 renamed into place, and ``latest`` (a small text file, itself replaced atomically) names the
 newest complete one, so a crash mid-save leaves the previous checkpoint intact.
@@ -18,47 +18,18 @@ Example:
 from __future__ import annotations
 
 import logging
-import random
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from comprl_gym.core import DataError
+from comprl_gym.seeding import capture_rng_state
 from comprl_gym.utils import atomic_write_text
 
 logger = logging.getLogger(__name__)
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch (CPU and CUDA) generator states."""
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch; make torch pick deterministic kernels where it can."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 class CheckpointManager:

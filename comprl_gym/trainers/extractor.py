@@ -27,35 +27,14 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class FinishedEpisode:
-    """What the extractor needs to know about one actor episode."""
-
-    trajectory_id: str
-    env_id: str
-    env_family: str
-    task: str
-    task_id: str
-    won: bool
-    score: float
-    #: ``[(action, observation), ...]`` in order.
-    steps: list[tuple[str, str]]
-    #: Experiences shown to the actor in this episode (empty for the without-experience half).
-    experience_ids: list[int] = field(default_factory=list)
-
-    def transcript(self, max_chars: int = 1500) -> str:
-        lines = [f"> {a}\n{o}" for a, o in self.steps]
-        text = "\n".join(lines)
-        return text if len(text) <= max_chars else "...\n" + text[-max_chars:]
 
 
 class OutcomeLedger:
@@ -108,7 +87,7 @@ PLAIN_SYSTEM = (
 )
 
 
-def plain_extractor_messages(episode: FinishedEpisode) -> list[dict[str, str]]:
+def plain_extractor_messages(episode: Trajectory) -> list[dict[str, str]]:
     """The prompt of the ``plain`` format: one episode, one sentence of advice."""
     outcome = "The agent succeeded." if episode.won else "The agent failed."
     return [
@@ -175,13 +154,13 @@ class ExperienceExtractor:
             [generation] = self.backend.chat([messages], self._sampling(max_tokens))
         return generation
 
-    def write(self, episode: FinishedEpisode, actor_step: int) -> list[int]:
+    def write(self, episode: Trajectory, actor_step: int) -> list[int]:
         """Read ``episode``, write experiences through the manager; return the ids written."""
         from comprl_gym.experience import Provenance
 
         provenance = Provenance(
             task_ids=(episode.task_id,),
-            trajectory_ids=(episode.trajectory_id,),
+            trajectory_ids=(episode.episode_id,),
             actor_step=actor_step,
             policy_version=f"extractor-update-{self.updates}",
             env_family=episode.env_family,
@@ -228,7 +207,7 @@ class ExperienceExtractor:
             )
         return [int(i) for i in ids]
 
-    def write_from_group(self, episodes: list[FinishedEpisode], actor_step: int) -> list[int]:
+    def write_from_group(self, episodes: list[Trajectory], actor_step: int) -> list[int]:
         """Write experiences from one finished task group.
 
         The episodes most worth a lesson come first: a win when the group has wins and losses
@@ -236,7 +215,7 @@ class ExperienceExtractor:
         """
         if not episodes:
             return []
-        ordered = sorted(episodes, key=lambda e: (not e.won, e.trajectory_id))
+        ordered = sorted(episodes, key=lambda e: (not e.won, e.episode_id))
         written: list[int] = []
         for episode in ordered[: max(1, self.settings.experiences_per_group)]:
             written += self.write(episode, actor_step)
@@ -258,7 +237,7 @@ class ExperienceExtractor:
         return generation.text
 
     # ------------------------------------------------------------------ rewards and training
-    def record_outcomes(self, episodes: Iterable[FinishedEpisode]) -> None:
+    def record_outcomes(self, episodes: Iterable[Trajectory]) -> None:
         """Credit the experiences each finished actor episode used with its outcome."""
         for episode in episodes:
             if episode.experience_ids:

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from comprl_gym.utils import atomic_write_text
+
 logger = logging.getLogger(__name__)
 
 
@@ -63,8 +65,6 @@ class MetricsLogger:
             for line in self.path.read_text(encoding="utf-8").splitlines()
             if line.strip() and json.loads(line).get("step", 0) <= step
         ]
-        from comprl_gym.utils import atomic_write_text
-
         atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def read(self) -> list[dict[str, Any]]:

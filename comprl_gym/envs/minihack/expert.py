@@ -17,7 +17,7 @@ each step:
 Example:
     >>> import gymnasium as gym
     >>> import comprl_gym
-    >>> from comprl_gym.bench.runner import run_episode
+    >>> from comprl_gym.rollouts import run_episode
     >>> env = gym.make("comprl/MiniHack-Room-15x15-v0")
     >>> run_episode(env, MiniHackExpert(env), seed=0).won
     True

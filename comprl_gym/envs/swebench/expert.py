@@ -3,7 +3,7 @@ it with ``git apply``, and submits. It resolves every instance whose gold patch 
 
 Example (needs a sandbox):
     import gymnasium as gym, comprl_gym
-    from comprl_gym.bench.runner import run_episode
+    from comprl_gym.rollouts import run_episode
     env = gym.make("comprl/SWEBench-v0")
     expert = SWEBenchExpert(env)
 """

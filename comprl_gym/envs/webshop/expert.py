@@ -6,7 +6,7 @@ best matches each goal option (exact, else the highest fuzzy token-set ratio), a
 
 Example:
     >>> from comprl_gym.envs.webshop import WebShopEnv
-    >>> from comprl_gym.bench.runner import run_episode
+    >>> from comprl_gym.rollouts import run_episode
     >>> env = WebShopEnv(split="test")
     >>> run_episode(env, WebShopExpert(env), seed=0).score
     1.0

@@ -1,4 +1,8 @@
-"""Play many episodes against one agent at once and record them as trajectories.
+"""The rollout layer: THE episode loop and THE episode record, shared by every caller.
+
+``comprl-gym run`` (:func:`run_episode`), evaluation (:mod:`comprl_gym.evaluation.eval`) and
+the trainers (:mod:`comprl_gym.trainers.base`) all play episodes here and get
+:class:`Trajectory` records back.
 
 :func:`collect_rollouts` keeps up to ``len(envs)`` episodes alive; each round, ONE batched
 ``act_batch`` call decides an action for every live episode (one generation call for the
@@ -8,7 +12,9 @@ without ``act_batch`` (scripted ones) work too: each episode gets its own agent 
 
 Every model call becomes a :class:`Turn` with the prompt and completion token ids, the
 completion logprobs and a loss mask (prompt and env text 0, model tokens 1), so a trainer can
-rebuild exactly what was sampled. Trajectories round-trip through JSONL.
+rebuild exactly what was sampled. Trajectories round-trip through JSONL. Callers attach their
+own per-episode fields in ``Trajectory.meta`` (evaluation its result key, trainers the task
+group and the experience half).
 
 Example:
     >>> import gymnasium as gym, comprl_gym
@@ -20,6 +26,13 @@ Example:
     [2, 2, 2]
     >>> sum(trajs[0].turns[0].loss_mask()) == len(trajs[0].turns[0].completion_token_ids)
     True
+
+One episode with a scripted agent (what ``comprl-gym run`` plays):
+    >>> from comprl_gym.agents import make_agent
+    >>> env = gym.make("comprl/MiniHack-Room-5x5-v0")
+    >>> result = run_episode(env, make_agent("expert", env), seed=0)
+    >>> result.won, result.steps == len(result.turns)
+    (True, True)
 """
 
 from __future__ import annotations
@@ -77,7 +90,11 @@ class Turn:
 
 @dataclass
 class Trajectory:
-    """One episode, ready for JSONL and for a trainer."""
+    """One episode, ready for JSONL, for evaluation and for a trainer.
+
+    ``meta`` carries what a caller attached to the episode: a trainer's task ``group`` and
+    whether it was played ``with_experience`` (see the properties of those names).
+    """
 
     episode_id: str
     env_id: str
@@ -112,6 +129,39 @@ class Trajectory:
         data = dict(data)
         data["turns"] = [Turn(**t) for t in data.get("turns", [])]
         return cls(**data)
+
+    @property
+    def group(self) -> int:
+        """The trainer's task group of this episode (``meta["group"]``, 0 when unset)."""
+        return int(self.meta.get("group", 0))
+
+    @property
+    def with_experience(self) -> bool:
+        """Whether a trainer played this episode in its with-experience half."""
+        return bool(self.meta.get("with_experience", False))
+
+    def transcript(self, max_chars: int = 1500) -> str:
+        """What happened, for a reader such as the experience extractor.
+
+        Each action is followed by the observation it produced, and the last line is the
+        outcome. A long transcript keeps its end (where the outcome was decided).
+
+        Example:
+            >>> t = Trajectory("e", "id", "minihack", "0", "find the stairs", 0, won=True,
+            ...     score=1.0, steps=2, turns=[Turn(0, "start", "north", "a wall"),
+            ...     Turn(1, "a wall", "east", "You reach the stairs.")])
+            >>> print(t.transcript())
+            > north
+            a wall
+            > east
+            You reach the stairs.
+            Outcome: success (score 1.00) after 2 steps.
+        """
+        lines = [f"> {t.action}\n{t.next_observation}" for t in self.turns]
+        outcome = "success" if self.won else "failure"
+        lines.append(f"Outcome: {outcome} (score {self.score:.2f}) after {self.steps} steps.")
+        text = "\n".join(lines)
+        return text if len(text) <= max_chars else "...\n" + text[-max_chars:]
 
     def training_samples(self) -> list[tuple[list[int], list[int], list[float] | None]]:
         """``(input_ids, loss_mask, completion_logprobs)`` per model call."""
@@ -158,13 +208,14 @@ class RolloutConfig:
 
     Attributes:
         max_turns: safety cap on model calls per episode (the env's own step limit normally
-            ends episodes first; search steps of an experience wrapper do not count there).
+            ends episodes first; search steps of an experience wrapper do not count there);
+            ``None`` for no cap.
         keep_text: store observations and replies in turns (off saves space for training).
         split_on_oom: when the backend runs out of memory, retry the batch in halves.
         progress: show a tqdm bar over finished episodes.
     """
 
-    max_turns: int = 200
+    max_turns: int | None = 200
     keep_text: bool = True
     split_on_oom: bool = True
     progress: bool = False
@@ -295,7 +346,10 @@ class RolloutWorker:
                     last = traj.turns[-1]
                     if last.terminated or last.truncated:
                         finish(k)
-                    elif len(traj.turns) >= self.config.max_turns:
+                    elif (
+                        self.config.max_turns is not None
+                        and len(traj.turns) >= self.config.max_turns
+                    ):
                         traj.truncated = True
                         finish(
                             k, error=f"stopped after max_turns={self.config.max_turns} model calls"
@@ -416,3 +470,16 @@ def collect_rollouts(
     worker = RolloutWorker(envs, agent=agent, config=config)
     on_episode = (lambda t: write_jsonl(jsonl_path, [t])) if jsonl_path is not None else None
     return worker.run(seeds, options=options, meta=meta, on_episode=on_episode)
+
+
+def run_episode(
+    env: gym.Env, agent: Any, seed: int, options: dict[str, Any] | None = None
+) -> Trajectory:
+    """Play one episode of ``env`` from ``reset(seed=seed)`` until it ends (no turn cap).
+
+    A plain agent keeps its state across calls (``reset`` starts each episode); an LLM agent
+    plays through its batched interface.
+    """
+    worker = RolloutWorker([env], agent=agent, config=RolloutConfig(max_turns=None))
+    [trajectory] = worker.run([seed], options=[options])
+    return trajectory

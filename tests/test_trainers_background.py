@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from comprl_gym.trainers.background import ExperienceWorker, TimedManager, WaitClock
 from comprl_gym.trainers.checkpoint import CheckpointManager
-from comprl_gym.trainers.loop import ExperienceWorker, TimedManager, WaitClock
 from comprl_gym.trainers.metrics import MetricsLogger
 
 

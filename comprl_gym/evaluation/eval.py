@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import math
@@ -40,11 +41,15 @@ from typing import Any
 import gymnasium as gym
 
 import comprl_gym  # noqa: F401 - registers the ids
-from comprl_gym.bench.runner import expand_env_ids
-from comprl_gym.bench.stats import bootstrap_ci, paired_difference_ci
+from comprl_gym.agents.base import make_agent
+from comprl_gym.agents.llm_agent import LLM_SPEC_KINDS, agent_from_spec
 from comprl_gym.core import ComprlGymError, ConfigurationError, DataError
-from comprl_gym.trainers.rollouts import RolloutConfig, RolloutWorker, Trajectory, append_jsonl
+from comprl_gym.evaluation.stats import bootstrap_ci, paired_difference_ci
+from comprl_gym.experience import ExperienceManager
+from comprl_gym.registration import ENV_TABLE
+from comprl_gym.rollouts import RolloutConfig, RolloutWorker, Trajectory, append_jsonl
 from comprl_gym.utils import atomic_write_json, atomic_write_text
+from comprl_gym.wrappers import ExperienceAugmentedEnv
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +132,29 @@ class EpisodeKey:
         return f"{self.env_id}|task={self.task}|seed={self.seed}|exp={self.condition}"
 
 
+def expand_env_ids(patterns: list[str]) -> list[str]:
+    """Expand shell-style patterns (``comprl/MiniHack-*``) against the registered ids.
+
+    When several ids match, the generic ``comprl/MiniHack-v0`` is left out: it repeats a named
+    one.
+
+    Example:
+        >>> expand_env_ids(["comprl/MiniHack-Room-5x5*"])
+        ['comprl/MiniHack-Room-5x5-v0']
+    """
+    ids: list[str] = []
+    for pattern in patterns:
+        matched = [env_id for env_id in ENV_TABLE if fnmatch.fnmatchcase(env_id, pattern)]
+        if not matched:
+            raise ConfigurationError(
+                f"no comprl id matches {pattern!r}; `comprl-gym envs` lists them"
+            )
+        ids.extend(m for m in matched if m not in ids)
+    if len(ids) > 1 and "comprl/MiniHack-v0" in ids:
+        ids.remove("comprl/MiniHack-v0")
+    return ids
+
+
 # --------------------------------------------------------------------------------------------
 # Results file
 # --------------------------------------------------------------------------------------------
@@ -180,8 +208,6 @@ def load_episodes(out_dir: str | os.PathLike[str], repair: bool = True) -> list[
 # Running
 # --------------------------------------------------------------------------------------------
 def _is_llm_spec(spec: str) -> bool:
-    from comprl_gym.agents.llm_agent import LLM_SPEC_KINDS
-
     return ":" in spec and spec.split(":", 1)[0] in LLM_SPEC_KINDS
 
 
@@ -190,8 +216,6 @@ def _make_manager(config: EvalConfig) -> Any:
         raise ConfigurationError(
             "--paired-experience needs --experience STORE_FOLDER (an experience store)"
         )
-    from comprl_gym.experience import ExperienceManager
-
     return ExperienceManager(config.experience)
 
 
@@ -201,8 +225,6 @@ def _make_env(env_id: str, config: EvalConfig, condition: str, manager: Any) -> 
         kwargs["max_steps"] = config.max_steps
     env = gym.make(env_id, **kwargs)
     if condition == WITH_EXPERIENCE:
-        from comprl_gym.wrappers import ExperienceAugmentedEnv
-
         # Outcomes are not reported: evaluation must not change the store it measures.
         env = ExperienceAugmentedEnv(
             env,
@@ -246,8 +268,6 @@ def run_eval(config: EvalConfig) -> dict[str, Any]:
     """Run (or resume) an evaluation; returns the summary (also written to ``out_dir``)."""
     out = Path(config.out_dir)
     env_ids = expand_env_ids(config.env_ids)
-    if len(env_ids) > 1 and "comprl/MiniHack-v0" in env_ids:
-        env_ids.remove("comprl/MiniHack-v0")  # the generic id duplicates a named one
     if config.episodes < 1 or not config.seeds:
         raise ConfigurationError("episodes must be >= 1 and at least one seed is needed")
     config_path = out / CONFIG_FILE
@@ -343,14 +363,10 @@ def _run_group(
     out: Path,
     bar: Any,
 ) -> int:
-    from comprl_gym.agents.base import make_agent
-
     n_envs = max(1, min(config.parallel, len(keys)))
     envs = [_make_env(env_id, config, condition, manager) for _ in range(n_envs)]
     try:
         if _is_llm_spec(config.agent):
-            from comprl_gym.agents.llm_agent import agent_from_spec
-
             worker = RolloutWorker(envs, agent=agent_from_spec(config.agent, envs[0], seed=seed))
         else:
             # Scripted agents keep per-episode state: one fresh agent per episode, seeded by it.

@@ -15,12 +15,12 @@ import argparse
 import logging
 from typing import Any
 
+from comprl_gym.evaluation.eval import EvalConfig, run_eval, summary_markdown
+from comprl_gym.evaluation.leaderboard import build_leaderboard, write_leaderboard
 from comprl_gym.utils import parse_key_values
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from comprl_gym.bench.eval import EvalConfig, run_eval, summary_markdown
-
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -50,8 +50,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
-    from comprl_gym.bench.leaderboard import build_leaderboard, write_leaderboard
-
     board = build_leaderboard(args.results)
     paths = write_leaderboard(board, args.out, title=args.title)
     print(paths["markdown"].read_text())

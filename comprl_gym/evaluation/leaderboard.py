@@ -12,7 +12,7 @@ bootstrap intervals, the overall success, mean steps and tokens. Outputs:
 
 Example:
     >>> import tempfile
-    >>> from comprl_gym.bench.eval import EvalConfig, run_eval
+    >>> from comprl_gym.evaluation.eval import EvalConfig, run_eval
     >>> out = tempfile.mkdtemp()
     >>> _ = run_eval(EvalConfig(env_ids=["comprl/MiniHack-Room-5x5-v0"], agent="expert",
     ...                         episodes=2, out_dir=out, progress=False))
@@ -31,9 +31,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from comprl_gym.bench.eval import CONFIG_FILE, EPISODES_FILE, PLAIN, _jsonable, load_episodes
-from comprl_gym.bench.stats import bootstrap_ci
 from comprl_gym.core import DataError
+from comprl_gym.evaluation.eval import CONFIG_FILE, EPISODES_FILE, PLAIN, _jsonable, load_episodes
+from comprl_gym.evaluation.stats import bootstrap_ci
 from comprl_gym.utils import atomic_write_json, atomic_write_text
 
 FAMILIES = ("minihack", "alfworld", "webshop", "swebench")

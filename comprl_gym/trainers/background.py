@@ -1,4 +1,6 @@
-"""The asynchronous half of the dual loop: extraction, extractor training and merging.
+"""Trainer services that run beside the actor loop: the background experience worker (the
+asynchronous half of the dual loop: extraction, extractor training and merging), the actor's
+wait clock and the timed manager.
 
 The actor loop hands each iteration's finished episodes to :class:`ExperienceWorker` and
 goes straight on to its next rollouts. A background thread credits the experiences those

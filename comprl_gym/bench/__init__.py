@@ -1,1 +1,0 @@
-"""Evaluation: episode runner, eval runs with confidence intervals, the leaderboard."""

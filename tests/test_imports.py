@@ -1,0 +1,161 @@
+"""The package's import graph: no cycles, and the light layers import no heavy dependency."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import comprl_gym
+
+PACKAGE = Path(comprl_gym.__file__).parent
+#: Optional dependencies that cost seconds (or need hardware) to import.
+HEAVY = ("torch", "vllm", "swebench", "spacy", "nle")
+#: What a user of the envs, the rollout layer or evaluation imports.
+LIGHT = (
+    "comprl_gym",
+    "comprl_gym.rollouts",
+    "comprl_gym.evaluation",
+    "comprl_gym.evaluation.eval",
+    "comprl_gym.evaluation.leaderboard",
+    "comprl_gym.cli",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _module_level_imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """comprl_gym modules imported when ``name`` is imported (not inside functions or
+    ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.split(".")[0] == "comprl_gym")
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                if base.split(".")[0] != "comprl_gym":
+                    continue
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    found.add(sub if sub in known else base)
+            elif isinstance(node, ast.If):
+                test = node.test
+                if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+                    continue
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+
+    visit(tree.body)
+    found.discard(name)
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` (as the list of its nodes, first repeated at the end), or None.
+
+    Example:
+        >>> find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}})
+        ['a', 'b', 'c', 'a']
+        >>> find_cycle({"a": {"b"}, "b": set()}) is None
+        True
+    """
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := dfs(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := dfs(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_sees_a_cycle_through_a_package():
+    # The same check run on a made-up graph with a known cycle must report it.
+    graph = {"p": {"p.a"}, "p.a": {"p.b"}, "p.b": {"p"}, "q": {"p.a"}}
+    assert find_cycle(graph) == ["p", "p.a", "p.b", "p"]
+
+
+def test_no_import_cycle_among_module_level_imports():
+    modules = _modules()
+    known = set(modules)
+    graph = {name: _module_level_imports(name, path, known) for name, path in modules.items()}
+    unknown = {dep for deps in graph.values() for dep in deps} - known
+    assert not unknown, f"imports of modules that do not exist: {sorted(unknown)}"
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph) or [])}"
+
+
+def test_light_layers_import_no_heavy_dependency():
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {list(LIGHT)!r}: importlib.import_module(name)\n"
+        f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.slow
+def test_every_module_imports_first_in_a_fresh_package():
+    # Each module is imported with no comprl_gym module loaded before it (third-party
+    # packages stay cached, which keeps this to seconds): a module that works only after
+    # another one was imported, or a cycle that breaks one entry point, fails here. A missing
+    # optional third-party package is not a failure of the package.
+    code = (
+        "import importlib, sys\n"
+        "failed = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    for loaded in [m for m in sys.modules if m.split('.')[0] == 'comprl_gym']:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ModuleNotFoundError as exc:\n"
+        "        if (exc.name or '').split('.')[0] == 'comprl_gym':\n"
+        "            failed.append(f'{name}: {exc}')\n"
+        "    except Exception as exc:\n"
+        "        failed.append(f'{name}: {type(exc).__name__}: {exc}')\n"
+        "print('\\n'.join(failed))\n"
+        "sys.exit(1 if failed else 0)\n"
+    )
+    names = sorted(_modules())
+    result = subprocess.run(
+        [sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

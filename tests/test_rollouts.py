@@ -1,0 +1,145 @@
+"""The rollout layer: one episode loop and one episode record for run, eval and the trainers."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import comprl_gym  # noqa: F401 - registers comprl/* ids
+from comprl_gym.agents import RandomAgent, make_agent
+from comprl_gym.cli import main
+from comprl_gym.rollouts import (
+    RolloutConfig,
+    RolloutWorker,
+    Trajectory,
+    Turn,
+    read_jsonl,
+    run_episode,
+    write_jsonl,
+)
+from comprl_gym.trainers.extractor import plain_extractor_messages
+
+ROOM = "comprl/MiniHack-Room-5x5-v0"
+
+
+def test_run_episode_records_what_the_env_answered_to_each_action():
+    env = gym.make(ROOM)
+    traj = run_episode(env, make_agent("expert", env), seed=4)
+    env.close()
+    assert isinstance(traj, Trajectory) and traj.won and traj.score == 1.0
+    assert traj.env_id == ROOM and traj.env_family == "minihack" and traj.seed == 4
+    assert traj.steps == len(traj.turns) and traj.turns[-1].terminated
+
+    # Independent truth: replay the recorded actions on a fresh env with the same seed.
+    replay = gym.make(ROOM)
+    observation, info = replay.reset(seed=4)
+    assert traj.task == info["task"]
+    total = 0.0
+    for turn in traj.turns:
+        assert turn.observation == observation  # what the agent saw before acting
+        observation, reward, terminated, _, info = replay.step(turn.action)
+        assert turn.next_observation == observation  # what that action produced
+        assert turn.reward == reward
+        total += reward
+    replay.close()
+    assert terminated and info["won"] and traj.total_reward == total
+
+
+def test_transcript_pairs_each_action_with_the_observation_it_produced():
+    env = gym.make(ROOM)
+    traj = run_episode(env, make_agent("expert", env), seed=1)
+    env.close()
+    text = traj.transcript(max_chars=100_000)
+    lines = text.split("\n")
+    # The winning step's answer (the last observation) is in the transcript, right after the
+    # action that produced it, and the outcome closes it.
+    last = traj.turns[-1]
+    assert f"> {last.action}\n{last.next_observation}\nOutcome: success" in text
+    assert lines[-1] == f"Outcome: success (score 1.00) after {traj.steps} steps."
+    assert lines[0] == f"> {traj.turns[0].action}"
+    # The first observation (before any action) is not presented as an answer to an action.
+    assert traj.turns[0].observation not in text
+    # The extractor reads that transcript.
+    prompt = plain_extractor_messages(traj)[1]["content"]
+    assert traj.transcript(600) in prompt
+
+
+def test_transcript_keeps_the_end_when_too_long():
+    turns = [Turn(i, f"o{i}", f"a{i}", f"o{i + 1}") for i in range(100)]
+    traj = Trajectory("e", ROOM, "minihack", "0", "t", 0, turns=turns, steps=100)
+    text = traj.transcript(max_chars=60)
+    assert text.startswith("...\n") and len(text) == 60 + 4
+    assert text.endswith("> a99\no100\nOutcome: failure (score 0.00) after 100 steps.")
+    assert "a98" not in text
+
+
+def test_meta_carries_a_trainers_group_and_half_through_jsonl(tmp_path):
+    envs = [gym.make(ROOM, max_steps=3) for _ in range(2)]
+    worker = RolloutWorker(envs, agent_factory=lambda env, seed: RandomAgent(seed=seed))
+    trajs = worker.run(
+        seeds=[5, 6, 7],
+        meta=[{"group": 0, "with_experience": True}, {"group": 0}, {"group": 1}],
+    )
+    for env in envs:
+        env.close()
+    assert [t.seed for t in trajs] == [5, 6, 7]
+    assert [(t.group, t.with_experience) for t in trajs] == [(0, True), (0, False), (1, False)]
+    write_jsonl(tmp_path / "t.jsonl", trajs)
+    back = read_jsonl(tmp_path / "t.jsonl")
+    assert back == trajs and back[2].group == 1
+
+
+def test_max_turns_none_plays_to_the_end_and_a_cap_truncates():
+    env = gym.make(ROOM, max_steps=5)
+    [capped] = RolloutWorker(
+        [env], agent=RandomAgent(seed=0), config=RolloutConfig(max_turns=2)
+    ).run([0])
+    [full] = RolloutWorker(
+        [env], agent=RandomAgent(seed=0), config=RolloutConfig(max_turns=None)
+    ).run([0])
+    env.close()
+    assert len(capped.turns) == 2 and capped.truncated and "max_turns=2" in capped.error
+    assert full.error is None and (full.terminated or full.truncated)
+    assert len(full.turns) == full.steps <= 5
+
+
+def test_cli_run_plays_through_the_rollout_layer(capsys):
+    assert main(["run", ROOM, "--episodes", "2", "--agent", "expert"]) == 0
+    out = capsys.readouterr().out
+    assert f"| {ROOM} | 2 | 1.00 | 1.00 |" in out
+
+
+@pytest.mark.slow
+def test_trainer_play_returns_trajectories_with_group_and_half(tmp_path):
+    from comprl_gym.trainers import GRPOTrainer, TrainConfig
+    from comprl_gym.trainers.base import TaskRef
+
+    cfg = TrainConfig.from_dict(
+        {
+            "algorithm": "grpo",
+            "group_size": 2,
+            "max_episode_steps": 2,
+            "actor": {"model": "tiny", "max_new_tokens": 4},
+            "output_dir": str(tmp_path),
+            "progress": False,
+            "tensorboard": False,
+            "eval_tasks": 0,
+        }
+    )
+    trainer = GRPOTrainer(cfg)
+    try:
+        trajs = trainer.play([TaskRef(ROOM, 3), TaskRef("comprl/WebShop-v0", 4)])
+    finally:
+        trainer.close()
+    assert [(t.env_id, t.seed, t.group, t.with_experience) for t in trajs] == [
+        (ROOM, 3, 0, False),
+        (ROOM, 3, 0, False),
+        ("comprl/WebShop-v0", 4, 1, False),
+        ("comprl/WebShop-v0", 4, 1, False),
+    ]
+    samples = trainer.actor_samples(trajs)
+    # One sample per model call, carrying exactly the sampled tokens and their logprobs.
+    turns = [turn for t in trajs for turn in t.turns if turn.completion_token_ids]
+    assert len(samples) == len(turns) > 0
+    for sample, turn in zip(samples, turns):
+        assert sample.input_ids == turn.prompt_token_ids + turn.completion_token_ids
