@@ -43,6 +43,7 @@ from typing import Any
 
 from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
 from comprl_gym.core import ConfigurationError, normalize_action_text
+from comprl_gym.llm import make_backend
 from comprl_gym.llm.base import Generation, LLMBackend, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -414,8 +415,6 @@ def parse_agent_spec(spec: str) -> tuple[str, dict[str, str]]:
 
 def shared_backend(backend_spec: str, **kwargs: Any) -> LLMBackend:
     """One backend per ``KIND:MODEL`` per process."""
-    from comprl_gym.llm import make_backend
-
     key = backend_spec + repr(sorted(kwargs.items()))
     with _BACKENDS_LOCK:
         if key not in _BACKENDS:

@@ -29,6 +29,7 @@ from typing import Any
 
 from comprl_gym.core import ConfigurationError
 from comprl_gym.llm.base import BackendError, Generation, LLMBackend, Message, SamplingParams
+from comprl_gym.llm.models import resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +76,6 @@ class OpenAIBackend(LLMBackend):
         self.tokenizer = None
         if tokenizer is not None:
             from transformers import AutoTokenizer
-
-            from comprl_gym.llm.models import resolve_model
 
             self.tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(tokenizer)))
         self.supports_raw_prompts = self.tokenizer is not None

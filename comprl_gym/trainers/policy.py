@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import torch
 
-from comprl_gym.core import ConfigurationError
+from comprl_gym.core import ConfigurationError, require
+from comprl_gym.llm.models import resolve_model
 from comprl_gym.trainers.config import ModelSettings
 from comprl_gym.trainers.losses import cispo_loss, clipped_pg_loss, token_logprobs
 
@@ -88,16 +89,12 @@ def load_causal_lm(settings: ModelSettings) -> tuple[Any, Any]:
     """Load ``settings.model`` (``smollm2``, ``tiny`` or a folder) for training, with LoRA if set."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from comprl_gym.llm.models import resolve_model
-
     path = resolve_model(settings.model)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     if settings.lora.enabled:
-        from comprl_gym.core import require
-
         peft = require("peft", "LoRA training", "train")
         lora = peft.LoraConfig(
             r=settings.lora.r,

@@ -16,6 +16,8 @@ import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
+from comprl_gym.core import EnvBackendError
+
 #: The marker the wrapper prints where it cut the middle of a long output.
 CUT_MARKER = "<<<comprl-gym-cut "
 
@@ -130,8 +132,6 @@ class Sandbox:
             piece = encoded[i : i + 60000]
             result = self.run(f"printf %s '{piece}' | base64 -d >> {path}", timeout)
             if result.returncode != 0:
-                from comprl_gym.core import EnvBackendError
-
                 raise EnvBackendError(f"writing {path} in the sandbox failed: {result.output}")
 
     @classmethod
