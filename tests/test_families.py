@@ -19,7 +19,7 @@ from comprl_gym.core import ConfigurationError
 from comprl_gym.envs import FAMILY_MODULES
 from comprl_gym.experience.prompts import extractor_system_prompt
 from comprl_gym.families import EnvEntry, FamilySpec, family_spec, family_specs
-from comprl_gym.registration import ENV_TABLE
+from comprl_gym.registration import ENV_TABLE, add_family
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,6 +133,22 @@ def test_a_spec_refuses_ids_of_another_family():
     stray = EnvEntry("comprl/Stray-v0", "m:C", "webshop", "an id filed under the wrong family")
     with pytest.raises(ConfigurationError, match="another family"):
         FamilySpec("minihack", "MiniHack", (stray,), "", "", "")
+
+
+def test_bad_family_modules_are_refused_and_change_nothing(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "no_spec_family.py").write_text("X = 1\n")
+    (tmp_path / "second_webshop_family.py").write_text(
+        "from comprl_gym.envs.webshop import SPEC as _OURS\n"
+        "from dataclasses import replace\n"
+        "SPEC = replace(_OURS, label='Another WebShop')\n"
+    )
+    before = family_specs()
+    with pytest.raises(ConfigurationError, match="exports no FamilySpec"):
+        add_family("no_spec_family")
+    with pytest.raises(ConfigurationError, match="two modules define the env family 'webshop'"):
+        add_family("second_webshop_family")
+    assert family_specs() == before and family_spec("webshop").label == "WebShop"
 
 
 def test_a_new_family_is_one_folder_and_one_line(tmp_path):
