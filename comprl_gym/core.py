@@ -33,13 +33,15 @@ import difflib
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-EnvFamily = Literal["minihack", "alfworld", "webshop", "swebench"]
+#: The name of an env family (``info["env_family"]``); the families are listed by their specs
+#: (:mod:`comprl_gym.families`).
+EnvFamily = str
 
 #: Keys present in ``info`` after every ``reset`` and ``step`` of every comprl env.
 INFO_KEYS: tuple[str, ...] = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import subprocess
 import sys
@@ -11,8 +12,9 @@ import gymnasium as gym
 import pytest
 
 import comprl_gym
-from comprl_gym.cli import main
-from comprl_gym.registration import ALFWORLD_TASK_TYPES, ENV_TABLE
+from comprl_gym.cli import build_parser, main
+from comprl_gym.envs.alfworld import ID_TASK_TYPES
+from comprl_gym.registration import ENV_TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +40,7 @@ def test_the_issue_ids_exist():
         "comprl/WebShop-v0",
         "comprl/SWEBench-v0",
     }
-    expected |= {f"comprl/ALFWorld-{name}-v0" for name in ALFWORLD_TASK_TYPES}
+    expected |= {f"comprl/ALFWorld-{name}-v0" for name in ID_TASK_TYPES}
     assert expected == set(ENV_TABLE)
 
 
@@ -95,3 +97,31 @@ def test_cli_play_runs_a_scripted_session():
     )
     assert result.returncode == 0, result.stderr
     assert "Task:" in result.stdout and "Invalid action 'nort'" in result.stdout
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [name for action in actions for name in action.choices]
+
+
+def test_help_works_for_the_top_level_and_every_subcommand():
+    """Run as a user would; argparse formats help lazily, so a stray ``%`` only shows here."""
+    commands = _subcommands(build_parser())
+    assert {"envs", "play", "run", "eval", "leaderboard", "train"} <= set(commands)
+    runs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "comprl_gym.cli", *([name] if name else []), "--help"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ["", *commands]
+    }
+    outputs = {}
+    for name, process in runs.items():
+        outputs[name], err = process.communicate(timeout=180)
+        assert process.returncode == 0, f"comprl-gym {name} --help failed:\n{err[-2000:]}"
+        assert outputs[name].startswith(f"usage: comprl-gym {name}".rstrip()), outputs[name][:200]
+    assert "95% bootstrap" in outputs[""]  # the escaped % reads as one
+    assert all(name in outputs[""] for name in commands)

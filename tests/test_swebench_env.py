@@ -6,17 +6,22 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from comprl_gym.core import ConfigurationError, DataError
 from comprl_gym.envs.swebench.grading import grade_log, patched_files, pytest_eval_script
 from comprl_gym.envs.swebench.instances import (
+    TASKS_DIR,
     checkout_testbed,
     embedded_repo_source,
     load_instances,
 )
 from comprl_gym.envs.swebench.sandbox.base import split_cut
+
+SUITE_SOURCES = Path(__file__).resolve().parents[1] / "scripts" / "swebench_suite"
 
 
 def test_embedded_suite_shape():
@@ -44,6 +49,47 @@ def test_embedded_repos_have_history_without_the_fixes(tmp_path):
             ["git", "-C", str(target), "apply", "--check", "-"], input=inst["patch"], text=True
         )
         assert check.returncode == 0
+
+
+def test_suite_sources_describe_the_shipped_suite(tmp_path):
+    """The YAML the suite is built from matches what the package ships: every task's issue
+    text, and each bundle's tree at the base commit (the files the commits wrote, in order)."""
+    shipped = {inst["instance_id"]: inst for inst in load_instances()}
+    described = set()
+    for source in sorted((SUITE_SOURCES / "repos").glob("*.yaml")):
+        repo = yaml.safe_load(source.read_text(encoding="utf-8"))
+        for task in repo["tasks"]:
+            inst = shipped[f"comprl-gym__{repo['name']}-{task['number']}"]
+            described.add(inst["instance_id"])
+            assert inst["problem_statement"] == task["problem_statement"]
+            assert inst["hints_text"] == task.get("hints_text", "")
+            assert all(fix["path"] in inst["patch"] for fix in task["fix"])
+        files = {}
+        for commit in repo["commits"]:
+            files.update(commit["files"])
+        base = shipped[f"comprl-gym__{repo['name']}-1"]["base_commit"]
+        tree = checkout_testbed(TASKS_DIR / f"{repo['name']}.bundle", base, tmp_path / source.stem)
+        on_disk = {
+            str(p.relative_to(tree)): p.read_text()
+            for p in tree.rglob("*")
+            if p.is_file() and ".git" not in p.relative_to(tree).parts
+        }
+        assert on_disk == files, source.name
+    assert described == set(shipped)
+
+
+@pytest.mark.slow
+def test_rebuilding_the_suite_reproduces_the_shipped_files(tmp_path):
+    """scripts/swebench_suite/build_suite.py is deterministic: same bundles, same instances."""
+    done = subprocess.run(
+        [sys.executable, str(SUITE_SOURCES / "build_suite.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("instances.json", "textkit.bundle", "intervals.bundle", "kvconf.bundle"):
+        assert (tmp_path / name).read_bytes() == (TASKS_DIR / name).read_bytes(), name
 
 
 def test_gold_patches_fix_and_tests_fail_without_them_on_the_host(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from pathlib import Path
@@ -17,6 +18,7 @@ from comprl_gym.envs.webshop.catalog import (
     split_indices,
 )
 from comprl_gym.envs.webshop.generator import (
+    CATALOG_VERSION,
     PRODUCT_TYPES,
     generate_catalog,
     generated_data_dir,
@@ -164,6 +166,15 @@ def test_generated_catalog_schema_size_and_determinism(sample):
     assert raw_official_keys <= set(products[0])  # every official field present
     assert len({p["asin"] for p in products}) == len(products)
     assert len(PRODUCT_TYPES) == 50 and reviews
+
+
+def test_generated_catalog_is_the_one_its_version_names():
+    """Caches are keyed by CATALOG_VERSION: the same version must give the same bytes. The
+    digest was taken from version 1 as first released, when the tables were Python literals;
+    change the tables (catalog_tables.json) or the generator, and bump the version with it."""
+    digest = hashlib.sha256(json.dumps(generate_catalog(num_products=1000)).encode())
+    assert CATALOG_VERSION == 1
+    assert digest.hexdigest() == "1d63ffa54f5f616a44876bba47d5aa493c5474740d214ca347d0af9707a57e0a"
 
 
 def test_generated_goals_each_achievable_with_reward_one():

@@ -22,6 +22,7 @@ import random
 from typing import Any, Protocol, runtime_checkable
 
 from comprl_gym.core import ConfigurationError
+from comprl_gym.families import family_spec
 
 
 @runtime_checkable
@@ -50,15 +51,6 @@ class RandomAgent:
         return self._rng.choice(list(actions))
 
 
-#: The expert of each env family, as ``module:Class``; each takes the env as its only argument.
-EXPERTS: dict[str, str] = {
-    "minihack": "comprl_gym.envs.minihack.expert:MiniHackExpert",
-    "alfworld": "comprl_gym.envs.alfworld.expert:ALFWorldExpert",
-    "webshop": "comprl_gym.envs.webshop.expert:WebShopExpert",
-    "swebench": "comprl_gym.envs.swebench.expert:SWEBenchExpert",
-}
-
-
 def load_object(path: str) -> Any:
     """Import ``"package.module:Name"``."""
     module_name, _, attribute = path.partition(":")
@@ -69,7 +61,7 @@ def make_agent(spec: str, env: Any, seed: int | None = None) -> Agent:
     """Build an agent from a short spec.
 
     * ``random``: uniform over the admissible actions;
-    * ``expert``: the expert of the env's family (:data:`EXPERTS`);
+    * ``expert``: the expert of the env's family (its :class:`~comprl_gym.families.FamilySpec`);
     * ``hf:MODEL``, ``vllm:MODEL``, ``openai:URL#MODEL`` (optionally ``?temperature=0&...``):
       an :class:`~comprl_gym.agents.llm_agent.LLMAgent` on that backend;
     * ``module:Class``: your own agent class, called with no arguments.
@@ -77,10 +69,11 @@ def make_agent(spec: str, env: Any, seed: int | None = None) -> Agent:
     if spec == "random":
         return RandomAgent(seed=seed)
     if spec == "expert":
-        family = env.unwrapped.env_family
-        if family not in EXPERTS:
-            raise ConfigurationError(f"no expert agent for env family {family!r}")
-        return load_object(EXPERTS[family])(env)
+        family = family_spec(env.unwrapped.env_family)
+        if family is None or not family.expert:
+            name = env.unwrapped.env_family
+            raise ConfigurationError(f"no expert agent for env family {name!r}")
+        return load_object(family.expert)(env)
     if ":" in spec and not spec.startswith(("hf:", "llm:", "vllm:", "openai:")):
         return load_object(spec)()
     llm_specs = importlib.import_module("comprl_gym.agents.llm_agent")

@@ -1,4 +1,5 @@
-"""Actor prompt templates, one per env family — the only place they live.
+"""Actor prompt templates — the only place they live; each family's action grammar comes from
+its :class:`~comprl_gym.families.FamilySpec`.
 
 Every step the actor sees one conversation: a system message (who it is, the action grammar
 of the env family, the answer format) and a user message (the task, a window of recent
@@ -22,38 +23,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from comprl_gym.families import family_spec
+
 #: A placeholder inside an action, as in ``search[<query>]``.
 TEMPLATE_PATTERN = re.compile(r"<[^<>]+>")
 
-#: What each family's actions look like (the "action grammar" part of the system prompt).
-FAMILY_GRAMMARS: dict[str, str] = {
-    "minihack": (
-        "You play MiniHack, a small NetHack dungeon, through text. You see the map around you "
-        "described in words. An action is a direction to move (north, east, south, west, "
-        "north-east, south-east, south-west, north-west) or a command such as 'pick up', "
-        "'open north', 'kick east', 'apply', 'search'. Reach the staircase down ('>') to win."
-    ),
-    "alfworld": (
-        "You are a household robot in a text world (ALFWorld). An action is one command such as "
-        "'go to countertop 1', 'open fridge 1', 'take apple 1 from countertop 1', "
-        "'put apple 1 in/on fridge 1', 'heat egg 1 with microwave 1', 'cool ... with fridge 1', "
-        "'clean ... with sinkbasin 1', 'use desklamp 1', 'examine ...', 'look', 'inventory'. "
-        "Use the exact object names you see (with their numbers)."
-    ),
-    "webshop": (
-        "You shop on a text website (WebShop). An action is search[keywords] on the search page, "
-        "or click[X] where X is a button, a product id or an option shown on the page, e.g. "
-        "click[b07xyz1234], click[large], click[buy now]. Clicking 'buy now' ends the episode: "
-        "buy the product that best matches the instruction, with the right options and price."
-    ),
-    "swebench": (
-        "You fix a bug in a software repository inside a sandbox. An action is one shell "
-        "command (run in the repository root), whose output you then see. Read the code, edit "
-        "files (for example with sed, or python -c, or cat <<'EOF' > file), run the tests, and "
-        "when the fix is complete answer with the action 'submit'."
-    ),
-}
-
+#: The action grammar of a family whose spec gives none.
 GENERIC_GRAMMAR = "You act in a text environment. An action is a short command."
 
 EXPERIENCE_TOOL = (
@@ -129,7 +104,8 @@ def answer_instruction(
 
 def system_prompt(family: str, config: PromptConfig, experience_tool: bool = False) -> str:
     """The system message of a family."""
-    parts = [FAMILY_GRAMMARS.get(family, GENERIC_GRAMMAR)]
+    spec = family_spec(family)
+    parts = [spec.action_grammar if spec and spec.action_grammar else GENERIC_GRAMMAR]
     if experience_tool:
         parts.append(EXPERIENCE_TOOL)
     return "\n\n".join(parts)

@@ -34,9 +34,9 @@ from typing import Any
 from comprl_gym.core import DataError
 from comprl_gym.evaluation.eval import CONFIG_FILE, EPISODES_FILE, PLAIN, _jsonable, load_episodes
 from comprl_gym.evaluation.stats import bootstrap_ci
+from comprl_gym.families import family_spec, family_specs
 from comprl_gym.utils import atomic_write_json, atomic_write_text
 
-FAMILIES = ("minihack", "alfworld", "webshop", "swebench")
 #: Episodes per run embedded in the HTML viewer, and characters per text field.
 MAX_VIEWER_EPISODES = 300
 MAX_VIEWER_CHARS = 4000
@@ -48,7 +48,11 @@ def _clip(text: Any) -> str:
 
 
 def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
-    """Read result folders; returns ``{"rows", "per_env", "episodes", "families"}``."""
+    """Read result folders; returns ``{"rows", "per_env", "episodes", "families", "labels"}``.
+
+    Families are in the order they are listed (:mod:`comprl_gym.families`); a family no spec
+    knows still gets its column, after them, under its own name.
+    """
     rows: list[dict[str, Any]] = []
     per_env: list[dict[str, Any]] = []
     episodes: dict[str, list[dict[str, Any]]] = {}
@@ -115,9 +119,16 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
                 )
             episodes[run_id] = [_viewer_episode(r) for r in recs[:MAX_VIEWER_EPISODES]]
     rows.sort(key=lambda r: -(r["success"]["mean"] if not math.isnan(r["success"]["mean"]) else -1))
-    families = [f for f in FAMILIES if any(f in r["families"] for r in rows)]
+    families = [f for f in family_specs() if any(f in r["families"] for r in rows)]
     families += sorted({f for r in rows for f in r["families"]} - set(families))
-    return {"rows": rows, "per_env": per_env, "episodes": episodes, "families": families}
+    labels = {f: spec.label if (spec := family_spec(f)) else f for f in families}
+    return {
+        "rows": rows,
+        "per_env": per_env,
+        "episodes": episodes,
+        "families": families,
+        "labels": labels,
+    }
 
 
 def _viewer_episode(record: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +167,7 @@ def leaderboard_markdown(board: dict[str, Any], title: str = "comprl-gym leaderb
     lines = [f"# {title}\n", "Success rate with 95% bootstrap interval.\n"]
     lines.append(
         "| rank | run | agent | "
-        + " | ".join(fams)
+        + " | ".join(board["labels"][f] for f in fams)
         + " | overall | episodes | steps | tokens/episode |"
     )
     lines.append(
@@ -204,7 +215,7 @@ const ci = c => (!c || c.n === 0 || c.mean === null) ? "\\u2013" : c.mean.toFixe
 const cols = [
   {name: "run", get: r => r.run, show: r => r.run},
   {name: "agent", get: r => r.agent, show: r => r.agent},
-  ...fams.map(f => ({name: f, get: r => r.families[f] ? r.families[f].mean : -1, show: r => ci(r.families[f])})),
+  ...fams.map(f => ({name: DATA.labels[f], get: r => r.families[f] ? r.families[f].mean : -1, show: r => ci(r.families[f])})),
   {name: "overall", get: r => r.success.mean, show: r => ci(r.success)},
   {name: "episodes", get: r => r.episodes, show: r => String(r.episodes)},
   {name: "steps", get: r => r.steps_mean, show: r => r.steps_mean.toFixed(1)},

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from comprl_gym.experience.records import Experience
+from comprl_gym.families import family_spec
 
 # ---------------------------------------------------------------------------------------------
 # Extractor
@@ -57,32 +58,6 @@ Return `[]` when the knowledge base already covers the lesson.
  {{"function_name": "update", "parameters": {{"idx": [1], "updated_memory": "## Title: ...\\n## Description: ...\\n## Content: ..."}}}}]
 </answer>"""
 
-_FAMILY_FOCUS: dict[str, str] = {
-    "minihack": (
-        "You are a dungeon-strategy archivist for MiniHack (NetHack rooms, corridors, mazes). "
-        "Extract reusable navigation and survival heuristics: reading the map symbols ('>' "
-        "stairs down, '@' the agent, '#' corridors, '+' doors), avoiding loops and walls, "
-        "handling monsters, traps, keys and locked doors, and reaching the goal in few moves."
-    ),
-    "alfworld": (
-        "You are a household-task archivist for ALFWorld (text kitchens, bedrooms, bathrooms). "
-        "Extract reusable procedures: where objects are usually found, the order of "
-        "take / open / clean / heat / cool / use / put, checking receptacles systematically, "
-        "and avoiding repeated failed actions."
-    ),
-    "webshop": (
-        "You are a shopping-strategy archivist for WebShop (search, results pages, product "
-        "options, buy). Extract reusable tactics: writing search queries from the instruction's "
-        "attributes, judging results by title and price limit, selecting every required option "
-        "before buying, and when to go back to search."
-    ),
-    "swebench": (
-        "You are a software-repair archivist for SWE-bench style tasks (a repository, an issue, "
-        "a test suite, a shell). Extract reusable debugging tactics: locating the code the issue "
-        "names, reproducing the failure, making minimal edits, and running the relevant tests "
-        "before submitting."
-    ),
-}
 _GENERIC_FOCUS = (
     "You are a knowledge archivist for an autonomous text agent. Extract reusable, high-level "
     "lessons from its interaction with an environment."
@@ -112,7 +87,8 @@ Think inside <think> </think>, then output the JSON list of operations inside <a
 
 def extractor_system_prompt(env_family: str | None, max_operations: int = 3) -> str:
     """The extractor's system prompt for ``env_family`` (a generic one for unknown families)."""
-    focus = _FAMILY_FOCUS.get(env_family or "", _GENERIC_FOCUS)
+    spec = family_spec(env_family or "")
+    focus = spec.extractor_focus if spec and spec.extractor_focus else _GENERIC_FOCUS
     return EXTRACTOR_SYSTEM_TEMPLATE.format(focus=focus, max_operations=max_operations)
 
 

@@ -8,6 +8,39 @@ Example:
     ('webshop', ['search[<query>]'])
 """
 
-from comprl_gym.envs.webshop.env import WebShopConfig, WebShopEnv
+from comprl_gym.families import EnvEntry, FamilySpec, lazy_exports
 
-__all__ = ["WebShopConfig", "WebShopEnv"]
+SPEC = FamilySpec(
+    name="webshop",
+    label="WebShop",
+    entries=(
+        EnvEntry(
+            "comprl/WebShop-v0",
+            "comprl_gym.envs.webshop:WebShopEnv",
+            "webshop",
+            "WebShop text shopping: search, pick a product and options, buy",
+            {},
+        ),
+    ),
+    expert="comprl_gym.envs.webshop.expert:WebShopExpert",
+    action_grammar=(
+        "You shop on a text website (WebShop). An action is search[keywords] on the search page, "
+        "or click[X] where X is a button, a product id or an option shown on the page, e.g. "
+        "click[b07xyz1234], click[large], click[buy now]. Clicking 'buy now' ends the episode: "
+        "buy the product that best matches the instruction, with the right options and price."
+    ),
+    extractor_focus=(
+        "You are a shopping-strategy archivist for WebShop (search, results pages, product "
+        "options, buy). Extract reusable tactics: writing search queries from the instruction's "
+        "attributes, judging results by title and price limit, selecting every required option "
+        "before buying, and when to go back to search."
+    ),
+)
+
+# The env loads the catalog, bm25s and spaCy: import it on first use.
+__getattr__ = lazy_exports(
+    __name__,
+    {"WebShopConfig": "comprl_gym.envs.webshop.env", "WebShopEnv": "comprl_gym.envs.webshop.env"},
+)
+
+__all__ = ["SPEC", "WebShopConfig", "WebShopEnv"]

@@ -1,2 +1,2 @@
 """The embedded SWE-bench suite: git bundles of three small repositories and instances.json
-(regenerate with ``python -m comprl_gym.envs.swebench.tasks.build_suite``)."""
+(built from ``scripts/swebench_suite/repos/*.yaml`` by ``scripts/swebench_suite/build_suite.py``)."""

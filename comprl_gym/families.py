@@ -1,0 +1,129 @@
+"""What an env family tells the rest of the package: one :class:`FamilySpec` per family.
+
+Each family folder (``comprl_gym/envs/<family>/``) exports ``SPEC``: its gymnasium ids, its
+expert agent, the actor's action grammar, the extractor's focus and its leaderboard label.
+Registration, the actor and extractor prompts, ``make_agent("expert", env)`` and the
+leaderboard all read the specs, so adding a family is one new folder plus one line in
+:data:`comprl_gym.envs.FAMILY_MODULES` (or, for a family that lives in another package, one
+call to :func:`comprl_gym.registration.add_family`).
+
+Everything here is light: entry points and experts are ``"module:Name"`` strings, so reading
+a spec imports no engine (NetHack, TextWorld, spaCy, swebench) until an env is made.
+
+Example:
+    >>> spec = family_spec("webshop")
+    >>> spec.label, spec.expert
+    ('WebShop', 'comprl_gym.envs.webshop.expert:WebShopExpert')
+    >>> [entry.env_id for entry in spec.entries]
+    ['comprl/WebShop-v0']
+    >>> family_spec("no-such-family") is None
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from comprl_gym.core import ConfigurationError
+from comprl_gym.envs import FAMILY_MODULES
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One registered id: where it lives, how it is configured, what it is."""
+
+    env_id: str
+    entry_point: str
+    family: str
+    description: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """Everything the package needs to know about one env family.
+
+    Attributes:
+        name: the family's ``info["env_family"]`` (``TextEnv.env_family``).
+        label: its column header on the leaderboard.
+        entries: its gymnasium ids (entry points as ``"module:Class"`` strings).
+        expert: its expert agent as ``"module:Class"``; the class takes the env as its only
+            argument. Empty when the family has none.
+        action_grammar: what the family's actions look like, for the actor's system prompt.
+        extractor_focus: who the extractor is and which lessons it looks for in this family.
+    """
+
+    name: str
+    label: str
+    entries: tuple[EnvEntry, ...]
+    expert: str
+    action_grammar: str
+    extractor_focus: str
+
+    def __post_init__(self) -> None:
+        strays = [e.env_id for e in self.entries if e.family != self.name]
+        if strays:
+            raise ConfigurationError(f"family {self.name!r} lists ids of another family: {strays}")
+
+
+#: Family modules added at run time (:func:`add_family_module`), after the built-in ones.
+_EXTRA_MODULES: list[str] = []
+_LOADED: dict[str, FamilySpec] = {}
+
+
+def _load(module_name: str) -> FamilySpec:
+    if module_name not in _LOADED:
+        spec = getattr(importlib.import_module(module_name), "SPEC", None)
+        if not isinstance(spec, FamilySpec):
+            raise ConfigurationError(
+                f"{module_name} is listed as an env family but exports no FamilySpec named SPEC"
+            )
+        _LOADED[module_name] = spec
+    return _LOADED[module_name]
+
+
+def family_specs() -> dict[str, FamilySpec]:
+    """Every family's spec by name, built-in families first, in the order they are listed."""
+    specs: dict[str, FamilySpec] = {}
+    for module_name in (*FAMILY_MODULES, *_EXTRA_MODULES):
+        spec = _load(module_name)
+        if spec.name in specs:
+            raise ConfigurationError(f"two modules define the env family {spec.name!r}")
+        specs[spec.name] = spec
+    return specs
+
+
+def family_spec(name: str) -> FamilySpec | None:
+    """The spec of family ``name``, or ``None`` for a family nobody listed."""
+    return family_specs().get(name)
+
+
+def add_family_module(module_name: str) -> FamilySpec:
+    """List one more family module (a package of yours exporting ``SPEC``); idempotent."""
+    spec = _load(module_name)
+    if module_name not in (*FAMILY_MODULES, *_EXTRA_MODULES):
+        _EXTRA_MODULES.append(module_name)
+        try:
+            family_specs()
+        except ConfigurationError:
+            _EXTRA_MODULES.remove(module_name)
+            raise
+    return spec
+
+
+def lazy_exports(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that imports ``names[attr]`` (a submodule) on first use.
+
+    A family's ``__init__`` exports its ``SPEC`` at once and its env classes lazily, so
+    listing the family imports no engine.
+    """
+
+    def __getattr__(attr: str) -> Any:
+        if attr not in names:
+            raise AttributeError(f"module {package!r} has no attribute {attr!r}")
+        return getattr(importlib.import_module(names[attr]), attr)
+
+    return __getattr__
