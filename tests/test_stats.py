@@ -2,7 +2,9 @@
 
 Binomial bounds: scipy 1.17.1 ``scipy.stats.binomtest(k, n).proportion_ci(0.95, method)`` with
 ``method="wilson"`` and ``"exact"`` (Clopper-Pearson), run once and written here as literals.
-Paired bounds: worked by hand from Newcombe (1998, Stat Med 17:2622-2633) method 10, and the
+Paired bounds: worked by hand from the formula of Newcombe (1998), "Improved confidence
+intervals for the difference between binomial proportions based on paired data", Stat Med 17,
+method 10 (the paper itself was not reachable here, so its Table II is not used), and the
 published output for Cavo et al. (2012) in Fagerland, Lydersen & Laake, *Statistical Analysis of
 Contingency Tables* (2017), chapter 8 (as tested by the R package contingencytables).
 """
