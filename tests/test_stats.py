@@ -184,3 +184,44 @@ def test_seed_summary_shows_per_seed_rates_spread_and_pooled_interval():
         pooled["high"] - pooled["low"]
         < summary["between_seeds"]["high"] - summary["between_seeds"]["low"]
     ), "three disagreeing seeds leave less certainty than 15 pooled episodes suggest"
+
+
+def _binomial_pmf(n, p):
+    return [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+
+
+def test_exact_coverage_clopper_pearson_never_below_and_wilson_near_nominal():
+    # Coverage summed over every outcome k of Binomial(n, p): Clopper-Pearson's guarantee is
+    # >= 95% at every p; Wilson is near 95% on average (Brown, Cai & DasGupta 2001, fig. 5).
+    n = 20
+    cp = [clopper_pearson_interval(k, n) for k in range(n + 1)]
+    wilson = [wilson_interval(k, n) for k in range(n + 1)]
+    wilson_coverage = []
+    for p in np.linspace(0.01, 0.99, 99):
+        pmf = _binomial_pmf(n, p)
+        assert sum(q for q, ci in zip(pmf, cp) if ci.low <= p <= ci.high) >= 0.95 - 1e-12
+        wilson_coverage.append(sum(q for q, ci in zip(pmf, wilson) if ci.low <= p <= ci.high))
+    assert 0.94 < np.mean(wilson_coverage) < 0.96
+
+
+def test_newcombe_paired_coverage_is_near_nominal_on_random_tables():
+    # Exact coverage over all tables of 12 pairs, for random cell probabilities: Newcombe reports
+    # mean coverage close to 95% for method 10; a wrong phi or a swapped bound breaks this.
+    n, rng, coverage = 12, np.random.default_rng(0), []
+    tables = [
+        (a, b, c, n - a - b - c)
+        for a in range(n + 1)
+        for b in range(n + 1 - a)
+        for c in range(n + 1 - a - b)
+    ]
+    intervals = [paired_difference_interval(*_pairs(*t)) for t in tables]
+    for probs in rng.dirichlet([1, 1, 1, 1], size=20):
+        theta = probs[1] - probs[2]
+        covered = 0.0
+        for table, ci in zip(tables, intervals):
+            if ci.low <= theta <= ci.high:
+                covered += math.factorial(n) * math.prod(
+                    p**k / math.factorial(k) for p, k in zip(probs, table)
+                )
+        coverage.append(covered)
+    assert 0.93 < np.mean(coverage) < 0.97 and min(coverage) > 0.9
