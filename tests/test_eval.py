@@ -1,4 +1,4 @@
-"""``comprl-gym eval``: summaries with bootstrap intervals, resume, bad input, paired runs."""
+"""``comprl-gym eval``: summaries with honest intervals, resume, bad input, paired runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ import pytest
 
 from comprl_gym.cli import main
 from comprl_gym.core import ConfigurationError, DataError
-from comprl_gym.evaluation.eval import EvalConfig, EvalInterrupted, load_episodes, run_eval
+from comprl_gym.evaluation.eval import (
+    EvalConfig,
+    EvalInterrupted,
+    load_episodes,
+    run_eval,
+    summarize,
+    summary_markdown,
+)
 from comprl_gym.evaluation.stats import bootstrap_ci, paired_difference_ci
 
 ENV = "comprl/MiniHack-Room-5x5-v0"
@@ -82,10 +89,57 @@ def test_expert_summary_and_files(tmp_path):
         "summary.md",
         "config.json",
     }
-    assert (
-        "| comprl/MiniHack-Room-5x5-v0 | none | 4 | 1.00 [1.00, 1.00]"
-        in (tmp_path / "run" / "summary.md").read_text()
+    # 4 wins of 4: Wilson's lower bound 4 / (4 + 1.96^2) = 0.51, not the bootstrap's 1.00.
+    markdown = (tmp_path / "run" / "summary.md").read_text()
+    assert "| comprl/MiniHack-Room-5x5-v0 | none | 4 | 1.00 [0.51, 1.00]" in markdown
+    assert group["success"]["method"] == "wilson" and group["episodes_needed"] == 35
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    [warning] = written["warnings"]
+    assert "cannot exclude a difference of 0.1; about 35 episodes would" in warning
+    assert warning in markdown
+
+
+def _record(task, seed, condition, won):
+    key = f"{ENV}|task={task}|seed={seed}|exp={condition}"
+    return dict(
+        key=key,
+        env_id=ENV,
+        env_family="minihack",
+        condition=condition,
+        won=won,
+        score=float(won),
+        task_index=task,
+        agent_seed=seed,
     )
+
+
+def test_summary_of_hand_made_records_pairs_seeds_and_warnings():
+    # 4 tasks x 2 seeds, with and without experience; every pair agrees (all fail on seed 0,
+    # all win on seed 1): the old bootstrap said 0.00 [0.00, 0.00] for the difference.
+    records = [
+        _record(task, seed, condition, won=bool(seed))
+        for task in range(4)
+        for seed in (0, 1)
+        for condition in ("with", "without")
+    ]
+    summary = summarize(records, paired=True)
+    difference = summary["paired"]["per_env"][ENV]["difference"]
+    # Newcombe method 10 on (a, b, c, d) = (4, 0, 0, 4): p1 = p2 = 1/2, Wilson(4, 8) half-width
+    # w = z sqrt(2 + z^2/4) / (8 + z^2) = 0.284784, phi = (16 - 4) / 16 = 3/4: +-w sqrt(1/2).
+    assert (difference["low"], difference["high"]) == pytest.approx((-0.201373, 0.201373), abs=1e-5)
+    assert difference["method"] == "newcombe-paired-method-10"
+    group = summary["groups"][0]
+    assert (
+        group["seeds"]["per_seed"]["0"]["mean"] == 0.0
+        and group["seeds"]["per_seed"]["1"]["mean"] == 1.0
+    )
+    assert group["seeds"]["pooled"]["n"] == 8 and group["seeds"]["spread"]["sd"] == pytest.approx(
+        0.707107, abs=1e-6
+    )
+    assert any("paired difference" in w and "pairs would" in w for w in summary["warnings"])
+    markdown = summary_markdown(summary)
+    assert "## Across agent seeds" in markdown and "0: 0.00, 1: 1.00" in markdown
+    assert "| comprl/MiniHack-Room-5x5-v0 | 8 | 0.50 | 0.50 | 0.00 [-0.20, 0.20] |" in markdown
 
 
 def test_resume_gives_the_same_summary_as_an_uninterrupted_run(tmp_path):
@@ -201,6 +255,8 @@ def test_paired_experience_runs_each_task_with_and_without(tmp_path):
     assert (
         paired["pairs"] == 2 and paired["difference"]["mean"] == 0.0
     )  # the expert wins either way
+    # ... which does not make the difference certain: Wilson(2, 2) lower bound 2 / (2 + z^2)
+    assert paired["difference"]["high"] == pytest.approx(1 - 2 / (2 + 1.959964**2), abs=1e-5)
     records = load_episodes(tmp_path / "p")
     with_exp = [r for r in records if r["condition"] == "with"]
     assert with_exp and all(

@@ -14,9 +14,9 @@ import gymnasium as gym
 import pytest
 
 from comprl_gym.agents.prompts import GENERIC_GRAMMAR, PromptConfig, system_prompt
-from comprl_gym.evaluation.leaderboard import build_leaderboard
 from comprl_gym.core import ConfigurationError
 from comprl_gym.envs import FAMILY_MODULES
+from comprl_gym.evaluation.leaderboard import build_leaderboard
 from comprl_gym.experience.prompts import extractor_system_prompt
 from comprl_gym.families import EnvEntry, FamilySpec, family_spec, family_specs
 from comprl_gym.registration import ENV_TABLE, add_family

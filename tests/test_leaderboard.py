@@ -59,7 +59,10 @@ def test_table_across_families(runs, tmp_path):
     assert set(random_["families"]) == {"minihack", "webshop"} and random_["episodes"] == 6
     paths = write_leaderboard(board, tmp_path / "lb")
     md = paths["markdown"].read_text()
-    assert "| 1 | expert-minihack | `expert` | 1.00 [1.00, 1.00] | – |" in md
+    # 3 wins of 3: Wilson's lower bound 3 / (3 + 1.96^2) = 0.44
+    assert "| 1 | expert-minihack | `expert` | 1.00 [0.44, 1.00] | – |" in md
+    assert len(board["warnings"]) == 2 and all("cannot exclude" in w for w in board["warnings"])
+    assert board["warnings"][0] in md and expert["episodes_needed"] == 35
     data = json.loads(paths["json"].read_text())
     assert len(data["rows"]) == 2 and {e["env_id"] for e in data["per_env"]} == {
         "comprl/MiniHack-Room-5x5-v0",
@@ -104,6 +107,7 @@ def test_html_page_loads_in_headless_chromium_and_shows_rows_and_trajectories(ru
         len(re.findall(r"<th[ >]", dom)) == 2 + 2 + 4
     )  # run, agent, two families, overall, episodes, steps, tokens
     assert dom.count('<li class="won"') == 3  # the best run's episodes are listed
+    assert "cannot exclude a difference of 0.1" in dom.split('id="warnings"', 1)[1]
     # a link to one episode opens the trajectory viewer
     key = board["episodes"]["random-mixed"][4]["key"]
     dom, _ = _chromium(html_path.as_uri() + "#ep=" + key.replace("|", "%7C"), tmp_path)

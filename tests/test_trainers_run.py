@@ -107,6 +107,14 @@ def test_each_trainer_runs_two_iterations_on_two_env_families(tmp_path, algorith
     else:
         assert records[-1]["store_size"] >= 1, "the extractor wrote no experience"
         assert set(summary["evaluation"][ENV_IDS[0]]) == {"with_experience", "without_experience"}
+        # One held-out task per mode is never a certain rate nor a certain difference. By hand:
+        # Wilson of 0 or 1 in 1 is 0.7935 = z^2 / (1 + z^2) wide; Newcombe's interval for one
+        # pair is [-0.79, 0.79] when it agrees and [-0.12, 1] (or its mirror) when it does not.
+        evaluation = summary["evaluation"][ENV_IDS[0]]
+        ci = evaluation["without_experience"]["success_ci"]
+        assert ci["method"] == "wilson" and ci["n"] == 1 and ci["high"] - ci["low"] > 0.79
+        difference = evaluation["with_experience"]["difference"]
+        assert difference["n"] == 1 and difference["high"] - difference["low"] > 1.1
         extractor_changed = _changed(extractor_before, _weights(trainer.extractor.optimizer.model))
         if algorithm == "static_experience":
             assert not extractor_changed and trainer.extractor.updates == 0

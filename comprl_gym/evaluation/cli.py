@@ -61,7 +61,8 @@ def add_commands(subparsers: Any) -> None:
     """Add ``eval`` and ``leaderboard`` to the ``comprl-gym`` sub-command parser."""
     p = subparsers.add_parser(
         "eval",
-        help="evaluate an agent on env ids: per-episode JSONL, summary with 95%% bootstrap CIs",
+        help="evaluate an agent on env ids: per-episode JSONL, summary with 95%% intervals "
+        "(Wilson for success)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -7,9 +7,12 @@ A run writes into one folder:
   (``env_id|task=I|seed=S|exp=C``). Lines are appended and fsynced as episodes end, so an
   interrupted run loses only the episodes in flight;
 * ``summary.json`` / ``summary.md`` — per env id (and per experience condition): success rate
-  with a 95% bootstrap interval, mean score with its interval, steps, tokens, invalid actions,
-  format errors, wall time; with ``paired_experience`` the paired difference
-  (with - without experience) of success and its interval, per env id and overall.
+  with a 95% Wilson score interval, mean score with its interval, steps, tokens, invalid actions,
+  format errors, wall time; with several agent seeds the per-seed rates, their spread and the
+  pooled interval; with ``paired_experience`` the paired difference (with - without experience)
+  of success and its Newcombe interval, per env id and overall; ``warnings`` where an interval
+  is too wide to exclude a difference of 0.1, with the episodes that would. The methods are
+  described in :mod:`comprl_gym.evaluation.stats`.
 
 Episodes: task ``I`` in ``0..episodes-1`` is ``env.reset(seed=task_seed_offset + I)``; each task
 is played once per agent seed ``S`` (the LLM's sampling seed). ``--resume`` skips the keys
@@ -44,7 +47,17 @@ import comprl_gym  # noqa: F401 - registers the ids
 from comprl_gym.agents.base import make_agent
 from comprl_gym.agents.llm_agent import LLM_SPEC_KINDS, agent_from_spec
 from comprl_gym.core import ComprlGymError, ConfigurationError, DataError
-from comprl_gym.evaluation.stats import bootstrap_ci, paired_difference_ci
+from comprl_gym.evaluation.stats import (
+    RESOLVABLE_DIFFERENCE,
+    Interval,
+    episodes_needed,
+    mean_ci,
+    paired_difference_interval,
+    pairs_needed,
+    proportion_ci,
+    resolution_warning,
+    seed_summary,
+)
 from comprl_gym.experience import ExperienceManager
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker, Trajectory, append_jsonl
@@ -403,10 +416,16 @@ def _mean(values: list[float]) -> float:
 def _group_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     won = [float(bool(r["won"])) for r in records]
     score = [float(r.get("score", 0.0)) for r in records]
+    success = proportion_ci(won)
+    by_seed: dict[int, list[float]] = defaultdict(list)
+    for r, outcome in zip(records, won):
+        by_seed[int(r.get("agent_seed", 0))].append(outcome)
     return {
         "episodes": len(records),
-        "success": bootstrap_ci(won).to_dict(),
-        "score": bootstrap_ci(score).to_dict(),
+        "success": success.to_dict(),
+        "episodes_needed": episodes_needed(success.mean) if records else None,
+        "seeds": seed_summary(by_seed) if len(by_seed) > 1 else None,
+        "score": mean_ci(score).to_dict(),
         "steps_mean": _mean([float(r.get("steps", 0)) for r in records]),
         "invalid_actions_mean": _mean([float(r.get("invalid_actions", 0)) for r in records]),
         "format_errors_mean": _mean([float(r.get("format_errors", 0)) for r in records]),
@@ -450,7 +469,32 @@ def summarize(records: list[dict[str, Any]], paired: bool = False) -> dict[str, 
         )
     if paired:
         summary["paired"] = _paired(ordered)
+    summary["warnings"] = _warnings(summary)
     return summary
+
+
+def _warnings(summary: dict[str, Any]) -> list[str]:
+    """One sentence per interval too wide to exclude a difference of 0.1."""
+    found = [
+        resolution_warning(
+            f"{g['env_id']} ({g['condition']}): success",
+            Interval(**g["success"]),
+            g["episodes_needed"],
+        )
+        for g in summary["groups"]
+    ]
+    paired = summary.get("paired") or {}
+    rows = list(paired.get("per_env", {}).items())
+    if len(rows) > 1:  # with one env id the overall difference repeats it
+        rows.append(("all env ids", paired["overall"]))
+    found += [
+        resolution_warning(
+            f"{env_id}: paired difference", Interval(**p["difference"]), p["pairs_needed"], "pairs"
+        )
+        for env_id, p in rows
+        if p
+    ]
+    return [w for w in found if w]
 
 
 def _paired(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -474,13 +518,15 @@ def _paired(records: list[dict[str, Any]]) -> dict[str, Any]:
             "pairs": len(complete),
             "success_with": _mean(w),
             "success_without": _mean(wo),
-            "difference": paired_difference_ci(w, wo).to_dict(),
+            "difference": paired_difference_interval(w, wo).to_dict(),
+            "pairs_needed": pairs_needed(w, wo) if complete else None,
         }
     out["overall"] = {
         "pairs": len(all_with),
         "success_with": _mean(all_with),
         "success_without": _mean(all_without),
-        "difference": paired_difference_ci(all_with, all_without).to_dict(),
+        "difference": paired_difference_interval(all_with, all_without).to_dict(),
+        "pairs_needed": pairs_needed(all_with, all_without) if all_with else None,
     }
     return out
 
@@ -495,7 +541,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     """The summary as Markdown tables."""
     lines = [
         f"# Evaluation of `{summary['agent']}`\n",
-        "| env id | experience | episodes | success (95% CI) | score (95% CI) | steps | invalid | format errors | tokens (prompt+completion) | wall s/episode |",
+        "| env id | experience | episodes | success (95% Wilson CI) | score (95% CI) | steps | invalid | format errors | tokens (prompt+completion) | wall s/episode |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for g in summary["groups"]:
@@ -509,7 +555,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     if paired:
         lines += [
             "\n## With vs without experience (paired)\n",
-            "| env id | pairs | success with | success without | difference (95% CI) |",
+            "| env id | pairs | success with | success without | difference (95% Newcombe CI) |",
             "| --- | --- | --- | --- | --- |",
         ]
         rows = [*paired["per_env"].items(), ("all", paired["overall"])]
@@ -518,7 +564,35 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                 f"| {env_id} | {p['pairs']} | {p['success_with']:.2f} | {p['success_without']:.2f} | "
                 f"{_fmt_ci(p['difference'])} |"
             )
+    lines += _seeds_markdown([(f"{g['env_id']} ({g['condition']})", g) for g in summary["groups"]])
+    lines += _warnings_markdown(summary.get("warnings", []))
     return "\n".join(lines) + "\n"
+
+
+def _warnings_markdown(warnings: list[str]) -> list[str]:
+    if not warnings:
+        return []
+    heading = f"\n## Too few episodes to resolve a difference of {RESOLVABLE_DIFFERENCE:g}\n"
+    return [heading, *(f"- {w}" for w in warnings)]
+
+
+def _seeds_markdown(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Per-seed success, spread and pooled interval of the rows run with several seeds."""
+    rows = [(label, r["seeds"]) for label, r in rows if r.get("seeds")]
+    if not rows:
+        return []
+    lines = [
+        "\n## Across agent seeds\n",
+        "| run | per-seed success | sd across seeds | between seeds (95% CI) | pooled (95% CI) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, s in rows:
+        per_seed = ", ".join(f"{k}: {v['mean']:.2f}" for k, v in s["per_seed"].items())
+        lines.append(
+            f"| {label} | {per_seed} | {s['spread']['sd']:.2f} | {_fmt_ci(s['between_seeds'])} | "
+            f"{_fmt_ci(s['pooled'])} |"
+        )
+    return lines
 
 
 def write_summary(out_dir: str | os.PathLike[str], summary: dict[str, Any]) -> None:

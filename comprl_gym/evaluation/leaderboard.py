@@ -2,9 +2,12 @@
 
 Each folder written by ``comprl-gym eval`` becomes one row (its agent, and its experience
 condition when the run was paired); columns are the env families' success rates with 95%
-bootstrap intervals, the overall success, mean steps and tokens. Outputs:
+Wilson score intervals, the overall success, mean steps and tokens. Runs with several agent
+seeds also get per-seed rates, their spread and the pooled interval; ``warnings`` name the runs
+whose overall interval is too wide to exclude a difference of 0.1, with the episodes that would.
+Outputs:
 
-* ``leaderboard.md`` — the table, plus a per-env-id table;
+* ``leaderboard.md`` — the table, a per-env-id table, the seeds table and the warnings;
 * ``leaderboard.json`` — rows, per-env details and run metadata;
 * ``leaderboard.html`` — one self-contained page (no network): a sortable table and a
   per-episode trajectory viewer showing observations, replies, actions, rewards and the
@@ -32,8 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from comprl_gym.core import DataError
-from comprl_gym.evaluation.eval import CONFIG_FILE, EPISODES_FILE, PLAIN, _jsonable, load_episodes
-from comprl_gym.evaluation.stats import bootstrap_ci
+from comprl_gym.evaluation.eval import (
+    CONFIG_FILE,
+    EPISODES_FILE,
+    PLAIN,
+    _jsonable,
+    _seeds_markdown,
+    _warnings_markdown,
+    load_episodes,
+)
+from comprl_gym.evaluation.stats import (
+    episodes_needed,
+    proportion_ci,
+    resolution_warning,
+    seed_summary,
+)
 from comprl_gym.families import family_spec, family_specs
 from comprl_gym.utils import atomic_write_json, atomic_write_text
 
@@ -54,6 +70,7 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
     knows still gets its column, after them, under its own name.
     """
     rows: list[dict[str, Any]] = []
+    warnings: list[str] = []
     per_env: list[dict[str, Any]] = []
     episodes: dict[str, list[dict[str, Any]]] = {}
     for folder in folders:
@@ -82,6 +99,10 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
         for condition, recs in sorted(by_condition.items()):
             agent = recs[0].get("agent", config.get("identity", {}).get("agent", "?"))
             run_id = f"{folder.name}" + ("" if condition == PLAIN else f" ({condition} experience)")
+            success = proportion_ci([float(bool(r["won"])) for r in recs])
+            by_seed: dict[int, list[float]] = defaultdict(list)
+            for r in recs:
+                by_seed[int(r.get("agent_seed", 0))].append(float(bool(r["won"])))
             row: dict[str, Any] = {
                 "run": run_id,
                 "folder": str(folder),
@@ -89,7 +110,9 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
                 "condition": condition,
                 "episodes": len(recs),
                 "families": {},
-                "success": bootstrap_ci([float(bool(r["won"])) for r in recs]).to_dict(),
+                "success": success.to_dict(),
+                "episodes_needed": episodes_needed(success.mean),
+                "seeds": seed_summary(by_seed) if len(by_seed) > 1 else None,
                 "score_mean": sum(float(r.get("score", 0)) for r in recs) / len(recs),
                 "steps_mean": sum(float(r.get("steps", 0)) for r in recs) / len(recs),
                 "tokens_mean": sum(
@@ -103,8 +126,11 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
             for r in recs:
                 fam[r.get("env_family", "?")].append(float(bool(r["won"])))
                 env[r["env_id"]].append(r)
-            row["families"] = {f: bootstrap_ci(v).to_dict() for f, v in sorted(fam.items())}
+            row["families"] = {f: proportion_ci(v).to_dict() for f, v in sorted(fam.items())}
             rows.append(row)
+            warning = resolution_warning(f"{run_id}: success", success, row["episodes_needed"])
+            if warning:
+                warnings.append(warning)
             for env_id, rs in sorted(env.items()):
                 per_env.append(
                     {
@@ -113,7 +139,7 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
                         "env_id": env_id,
                         "env_family": rs[0].get("env_family", "?"),
                         "episodes": len(rs),
-                        "success": bootstrap_ci([float(bool(r["won"])) for r in rs]).to_dict(),
+                        "success": proportion_ci([float(bool(r["won"])) for r in rs]).to_dict(),
                         "steps_mean": sum(float(r.get("steps", 0)) for r in rs) / len(rs),
                     }
                 )
@@ -128,6 +154,7 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
         "episodes": episodes,
         "families": families,
         "labels": labels,
+        "warnings": warnings,
     }
 
 
@@ -164,7 +191,7 @@ def _ci(ci: dict[str, Any] | None) -> str:
 
 def leaderboard_markdown(board: dict[str, Any], title: str = "comprl-gym leaderboard") -> str:
     fams = board["families"]
-    lines = [f"# {title}\n", "Success rate with 95% bootstrap interval.\n"]
+    lines = [f"# {title}\n", "Success rate with 95% Wilson score interval.\n"]
     lines.append(
         "| rank | run | agent | "
         + " | ".join(board["labels"][f] for f in fams)
@@ -189,6 +216,8 @@ def leaderboard_markdown(board: dict[str, Any], title: str = "comprl-gym leaderb
         lines.append(
             f"| {e['run']} | {e['env_id']} | {e['episodes']} | {_ci(e['success'])} | {e['steps_mean']:.1f} |"
         )
+    lines += _seeds_markdown([(r["run"], r) for r in board["rows"]])
+    lines += _warnings_markdown(board.get("warnings", []))
     return "\n".join(lines) + "\n"
 
 
@@ -200,11 +229,12 @@ table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:
 th{background:#f0f0f0;cursor:pointer;user-select:none}th.asc:after{content:" \\25B2"}th.desc:after{content:" \\25BC"}
 tr.sel{background:#eef5ff}.won{color:#070}.lost{color:#a00}pre{white-space:pre-wrap;background:#f7f7f7;padding:.4em;margin:.2em 0;max-height:20em;overflow:auto}
 .turn{border-left:3px solid #ccc;padding-left:.6em;margin:.6em 0}.bad{border-color:#d55}.exp{background:#fffbe6;padding:.4em;margin:.3em 0}
-#episodes li{cursor:pointer}#episodes li:hover{text-decoration:underline}
+#episodes li{cursor:pointer}.warn{color:#8a5a00}#episodes li:hover{text-decoration:underline}
 </style></head><body>
 <h1>__TITLE__</h1>
-<p>Success rate with 95% bootstrap interval. Click a column to sort; click a row to browse its episodes.</p>
+<p>Success rate with 95% Wilson score interval. Click a column to sort; click a row to browse its episodes.</p>
 <table id="board"><thead><tr id="head"></tr></thead><tbody></tbody></table>
+<ul id="warnings" class="warn"></ul>
 <h2 id="eptitle">Episodes</h2><ul id="episodes"></ul><div id="viewer"></div>
 <script id="data" type="application/json">__DATA__</script>
 <script>
@@ -257,6 +287,7 @@ function showEpisode(ep) {
     v.appendChild(d); });
 }
 render();
+(DATA.warnings || []).forEach(w => document.getElementById("warnings").appendChild(el("li", "\\u26A0 " + w)));
 if (DATA.rows.length) showRun(DATA.rows[0].run);
 // A link such as leaderboard.html#ep=KEY opens that episode.
 const wanted = decodeURIComponent((location.hash.match(/^#ep=(.*)$/) || [])[1] || "");

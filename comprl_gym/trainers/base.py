@@ -43,6 +43,7 @@ import comprl_gym  # noqa: F401  (registers the comprl/* ids)
 from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
 from comprl_gym.agents.prompts import PromptConfig
 from comprl_gym.core import ConfigurationError
+from comprl_gym.evaluation.stats import paired_difference_interval, proportion_ci
 from comprl_gym.llm.base import LLMBackend
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.llm.transformers_backend import TransformersBackend
@@ -469,6 +470,9 @@ class Trainer:
         """Held-out tasks (seeds after the training pool), greedy, with and without experience.
 
         Each (env id, mode) plays its ``eval_tasks`` episodes in one batched rollout call.
+        ``success`` is the rate and ``success_ci`` its Wilson interval; with both modes,
+        ``with_experience.difference`` is the paired difference with - without over the same
+        tasks, with Newcombe's interval.
         """
         cfg = self.config
         self._play_calls = 0
@@ -476,6 +480,7 @@ class Trainer:
         table: dict[str, Any] = {}
         for env_id in cfg.env_ids:
             row: dict[str, Any] = {}
+            won: dict[bool, list[float]] = {}
             for with_exp in modes:
                 jobs = [
                     (
@@ -488,12 +493,18 @@ class Trainer:
                 ]
                 episodes = self.play_jobs(jobs, greedy=True)
                 label = "with_experience" if with_exp else "without_experience"
+                won[with_exp] = [float(e.won) for e in episodes]
                 row[label] = {
-                    "success": float(np.mean([e.won for e in episodes])),
+                    "success": float(np.mean(won[with_exp])),
+                    "success_ci": proportion_ci(won[with_exp]).to_dict(),
                     "score": float(np.mean([e.score for e in episodes])),
                     "steps": float(np.mean([e.steps for e in episodes])),
                     "episodes": len(episodes),
                 }
+            if len(modes) == 2:  # the same held-out tasks in both modes, in job order: pairs
+                row["with_experience"]["difference"] = paired_difference_interval(
+                    won[True], won[False]
+                ).to_dict()
             table[env_id] = row
         if self.worker is not None:
             self.worker.drain()
