@@ -123,5 +123,5 @@ def test_help_works_for_the_top_level_and_every_subcommand():
         outputs[name], err = process.communicate(timeout=180)
         assert process.returncode == 0, f"comprl-gym {name} --help failed:\n{err[-2000:]}"
         assert outputs[name].startswith(f"usage: comprl-gym {name}".rstrip()), outputs[name][:200]
-    assert "95% bootstrap" in outputs[""]  # the escaped % reads as one
+    assert "95% intervals" in outputs[""]  # the escaped % reads as one
     assert all(name in outputs[""] for name in commands)
