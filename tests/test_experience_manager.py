@@ -413,9 +413,11 @@ def test_merge_slides_over_the_whole_store_with_provenance(manager):
     untouched = seen[1]
     assert all(e.status == "active" for e in manager.get(untouched))
     assert manager.check_consistency()["ok"]
-    # maybe_merge runs only every merge_interval_steps
+    # maybe_merge runs only every merge_interval_steps (4 by default)
+    assert manager.config.merge_interval_steps == 4
     assert manager.maybe_merge(100, lambda w: "<answer>[]</answer>") is not None
-    assert manager.maybe_merge(120, lambda w: "<answer>[]</answer>") is None
+    assert manager.maybe_merge(103, lambda w: "<answer>[]</answer>") is None
+    assert manager.maybe_merge(104, lambda w: "<answer>[]</answer>") is not None
 
 
 def test_search_and_ask_with_refiner_and_failing_refiner(manager):
