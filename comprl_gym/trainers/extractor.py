@@ -21,7 +21,7 @@ Example (reward attribution from the store's tallies, no model needed):
     >>> import tempfile
     >>> from comprl_gym.experience import ExperienceManager
     >>> manager = ExperienceManager(tempfile.mkdtemp())
-    >>> a, b = manager.add(["## Title: A\n## Description: a\n## Content: go", "## Title: B\n## Description: b\n## Content: wait"])
+    >>> a, b = manager.add(["## Title: A\\n## Description: a\\n## Content: go", "## Title: B\\n## Description: b\\n## Content: wait"])
     >>> manager.report_outcome([a, b], won=True)
     >>> manager.report_outcome([a], won=False)
     >>> generation_reward(manager, [a], min_uses=1), generation_reward(manager, [a, b], min_uses=1)
