@@ -413,9 +413,11 @@ def test_merge_slides_over_the_whole_store_with_provenance(manager):
     untouched = seen[1]
     assert all(e.status == "active" for e in manager.get(untouched))
     assert manager.check_consistency()["ok"]
-    # maybe_merge runs only every merge_interval_steps
+    # maybe_merge runs only every merge_interval_steps (4 by default)
+    assert manager.config.merge_interval_steps == 4
     assert manager.maybe_merge(100, lambda w: "<answer>[]</answer>") is not None
-    assert manager.maybe_merge(120, lambda w: "<answer>[]</answer>") is None
+    assert manager.maybe_merge(103, lambda w: "<answer>[]</answer>") is None
+    assert manager.maybe_merge(104, lambda w: "<answer>[]</answer>") is not None
 
 
 def test_search_and_ask_with_refiner_and_failing_refiner(manager):
@@ -448,3 +450,35 @@ def test_async_api(manager):
 
     ids, results, answer, hit_ids = asyncio.run(main())
     assert all(len(r) == 2 for r in results) and manager.get_one(ids[0]).wins == 1 and hit_ids
+
+
+def test_a_merged_entry_inherits_the_tallies_of_what_it_merged(manager):
+    a, b, c = manager.add([lesson(i) for i in range(3)], vectors=unit(3, 21))
+    manager.report_outcome([a, b], won=True)
+    manager.report_outcome([a], won=False)
+    manager.report_outcome([b, c], won=True)
+    manager.retrieve_by_vector(unit(1, 21)[0], k=3, diversify=False)
+    manager.save()  # writes the buffered retrieval counts
+    before = {e.id: e for e in manager.get([a, b, c])}
+    assert all(before[i].retrieval_count == 1 for i in (a, b, c))
+
+    def merge_a_and_b(window):
+        idx = [[e.id for e in window].index(i) + 1 for i in (a, b)]
+        return [Operation("merge", tuple(idx), ExperienceText("ab", "both", "a and b"))]
+
+    report = manager.merge(merge_a_and_b)
+    [(new_id, sources)] = report.merged.items()
+    assert sorted(sources) == [a, b]
+    new = manager.get_one(new_id)
+    # by hand: a used 2 times (1 win), b 2 times (2 wins); one retrieval each
+    assert (new.uses, new.wins, new.retrieval_count) == (4, 3, 2)
+    assert new.reward == pytest.approx((2 * 3 - 4) / 4)
+    assert (manager.get_one(c).uses, manager.get_one(c).wins) == (1, 1)  # untouched
+    # An outcome reported later for the merged entry adds to the inherited tallies.
+    manager.report_outcome([new_id], won=False)
+    assert (manager.get_one(new_id).uses, manager.get_one(new_id).wins) == (5, 3)
+    # Dedupe folds tallies the same way: the keeper inherits the loser's.
+    retired = manager.dedupe(threshold=-1.0)
+    [keeper] = [e for e in manager.experiences()]
+    assert len(retired) == 1 and (keeper.uses, keeper.wins) == (6, 4)
+    assert keeper.merged_from[-1] == retired[0]

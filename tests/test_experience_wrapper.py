@@ -12,13 +12,15 @@ from gymnasium.utils.env_checker import check_env
 
 import comprl_gym  # noqa: F401 - registers the ids
 from comprl_gym.agents.base import make_agent
-from comprl_gym.core import TextEnv, Transition
+from comprl_gym.agents.prompts import PromptConfig, build_messages
+from comprl_gym.core import ConfigurationError, TextEnv, Transition
 from comprl_gym.experience import (
     ExperienceManager,
     Provenance,
     SentenceTransformerEmbedder,
     default_embedder,
 )
+from comprl_gym.experience.search_and_ask import SearchAndAskSyntax, find_tag
 from comprl_gym.wrappers import ExperienceAugmentedEnv
 
 
@@ -218,3 +220,54 @@ def test_alfworld_engine_still_works_when_the_store_loaded_usearch_first():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0 and "TASK " in result.stdout, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------ the search_and_ask protocol
+def test_protocol_parses_both_syntaxes_and_rejects_malformed_calls():
+    syntax = SearchAndAskSyntax()
+    assert syntax.parse("search_and_ask[where is the key?]") == "where is the key?"
+    assert syntax.parse("Action: SEARCH_AND_ASK [ stairs ]") == "stairs"  # case, spaces
+    assert syntax.parse("<knowledge_search_and_ask>\n how? \n</knowledge_search_and_ask>") == "how?"
+    # The tag wins over a bracket call in the same reply.
+    both = "search_and_ask[a] then <knowledge_search_and_ask>b</knowledge_search_and_ask>"
+    assert syntax.parse(both) == "b"
+    # Empty questions are calls (the wrapper refuses them); malformed ones are not calls.
+    assert syntax.parse("search_and_ask[]") == ""
+    assert syntax.parse("<knowledge_search_and_ask></knowledge_search_and_ask>") == ""
+    for malformed in (
+        "search_and_ask[unclosed",
+        "<knowledge_search_and_ask>unclosed",
+        "my_search_and_ask[x]",  # another identifier that ends with the name
+        "search and ask[x]",
+        "go north",
+        None,
+        42,
+    ):
+        assert syntax.parse(malformed) is None, malformed
+    custom = SearchAndAskSyntax("ask")
+    assert custom.parse("ask[why?]") == "why?" and custom.parse("search_and_ask[x]") is None
+    assert custom.template == "ask[<question>]"
+    with pytest.raises(ConfigurationError, match="identifier"):
+        SearchAndAskSyntax("not valid")
+    # The agent hands a tag call on whole, so the wrapper sees the same question.
+    reply = "Let me ask. <knowledge_search_and_ask>where?</knowledge_search_and_ask> ok"
+    assert find_tag(reply) == "<knowledge_search_and_ask>where?</knowledge_search_and_ask>"
+    assert syntax.parse(find_tag(reply)) == "where?"
+    assert find_tag("<knowledge_search_and_ask>where?") is None
+
+
+def test_the_actor_is_told_about_the_tool_once_and_sees_injected_texts(manager):
+    env = ExperienceAugmentedEnv(CounterEnv(), manager, inject_top_k=2, search_budget=1)
+    obs, info = env.reset(seed=0)
+    assert [e["id"] for e in info["experiences"]] == info["experience_ids"]
+    stored = {e.id: e.text for e in manager.get(info["experience_ids"])}
+    assert all(e["text"] == stored[e["id"]] for e in info["experiences"])
+    messages = build_messages(
+        "minihack", info["task"], [], obs, info["admissible_actions"], PromptConfig()
+    )
+    text = "\n".join(m["content"] for m in messages)
+    assert text.count("You may consult a knowledge base") == 1
+    assert "search_and_ask" not in messages[0]["content"]  # not again in the system prompt
+    # the injected experiences stay in info through the episode
+    *_, info = env.step("search_and_ask[what now?]")
+    assert [e["id"] for e in info["experiences"]] == [e["id"] for e in env.injection.injected]

@@ -6,9 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from comprl_gym.experience import ExperienceManager
 from comprl_gym.trainers.advantages import group_advantages, grouped_advantages
-from comprl_gym.trainers.config import TrainConfig
-from comprl_gym.trainers.extractor import OutcomeLedger
+from comprl_gym.trainers.config import ExperienceSettings, TrainConfig
+from comprl_gym.trainers.extractor import (
+    ExperienceExtractor,
+    ExtractorGeneration,
+    generation_reward,
+)
 from comprl_gym.trainers.losses import aggregate, cispo_loss, clipped_pg_loss
 from comprl_gym.trainers.policy import TrainSample
 
@@ -123,18 +128,65 @@ def test_train_sample_masks_the_prompt_and_env_text():
 
 
 # ------------------------------------------------------------------------------ attribution
-def test_extractor_reward_is_mean_outcome_over_trajectories_that_used_it():
-    ledger = OutcomeLedger()
-    ledger.record([1, 2], won=True)
-    ledger.record([1], won=False)
-    ledger.record([1, 1, 3], won=False)  # an id shown twice in one trajectory counts once
-    ledger.record([], won=True)
-    assert ledger.uses(1) == 3 and ledger.reward(1) == pytest.approx(-1 / 3)
-    assert ledger.reward(2) == 1.0 and ledger.reward(3) == -1.0
-    assert ledger.uses(99) == 0 and ledger.reward(99) == 0.0
-    restored = OutcomeLedger()
-    restored.load_state_dict(ledger.state_dict())
-    assert restored.reward(1) == ledger.reward(1)
+def _unit_vectors(n: int, seed: int) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(n, 384)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _lessons(n: int) -> list[str]:
+    return [f"## Title: lesson {i}\n## Description: d{i}\n## Content: c{i}" for i in range(n)]
+
+
+def test_extractor_reward_is_mean_outcome_over_trajectories_that_used_it(tmp_path):
+    manager = ExperienceManager(tmp_path / "store")
+    one, two, three = manager.add(_lessons(3), vectors=_unit_vectors(3, 0))
+    manager.report_outcome([one, two], won=True)
+    manager.report_outcome([one], won=False)
+    manager.report_outcome([one, one, three], won=False)  # shown twice in one trajectory: once
+    manager.report_outcome([], won=True)
+    # r(m) = (wins - losses) / uses, worked by hand: one 1 win 2 losses, two 1 win, three 1 loss.
+    assert generation_reward(manager, [one], min_uses=1) == pytest.approx(-1 / 3)
+    assert generation_reward(manager, [two], min_uses=1) == 1.0
+    assert generation_reward(manager, [three], min_uses=1) == -1.0
+    assert generation_reward(manager, [one, two], min_uses=1) == pytest.approx((-1 / 3 + 1) / 2)
+    assert generation_reward(manager, [99], min_uses=1) is None  # unknown id: no reward
+    assert generation_reward(manager, [one, two], min_uses=2) == pytest.approx(-1 / 3)
+    manager.close()
+    reopened = ExperienceManager(tmp_path / "store")  # the tallies are the store's: durable
+    assert generation_reward(reopened, [one], min_uses=1) == pytest.approx(-1 / 3)
+    reopened.close()
+
+
+def test_extractor_training_weights_come_from_the_managers_one_policy(tmp_path):
+    settings = ExperienceSettings(
+        train_weight_power=1.0, train_cooldown_steps=2, min_uses=1, max_train_count=5
+    )
+    manager = ExperienceManager(tmp_path / "store", config=settings)
+    a, b = manager.add(_lessons(2), vectors=_unit_vectors(2, 1))
+    manager.report_outcome([a, b], won=True)
+    extractor = ExperienceExtractor(None, None, manager, settings)
+    extractor.pending = [
+        ExtractorGeneration([1, 2], [3], None, [a], actor_step=1),
+        ExtractorGeneration([1, 2], [4], None, [a, b], actor_step=1),
+    ]
+
+    def weights(step):
+        return [sample.weight for _, sample in extractor.ready_samples(step)]
+
+    # Never trained: (1 + 0) ** -1 = 1 for both.
+    assert weights(5) == [1.0, 1.0]
+    manager.mark_trained([a], actor_step=5)
+    # Inside the cooldown (6 - 5 < 2) a has weight 0, and so has every sample that wrote it.
+    assert weights(6) == []
+    # After it: a was trained once, (1 + 1) ** -1 = 0.5; the pair takes its smallest weight.
+    assert weights(7) == [0.5, 0.5]
+    manager.mark_trained([a], actor_step=7)
+    manager.mark_trained([b], actor_step=7)
+    manager.mark_trained([b], actor_step=8)
+    # a: (1 + 2) ** -1 = 1/3; b: (1 + 2) ** -1 = 1/3 but b is cooling down at step 9 (9 - 8 < 2).
+    assert weights(9) == [pytest.approx(1 / 3)]
+    assert weights(10) == [pytest.approx(1 / 3), pytest.approx(1 / 3)]
+    manager.close()
 
 
 # ------------------------------------------------------------------------------ config

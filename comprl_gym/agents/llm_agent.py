@@ -43,6 +43,7 @@ from typing import Any
 
 from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
 from comprl_gym.core import ConfigurationError, normalize_action_text
+from comprl_gym.experience.search_and_ask import find_tag
 from comprl_gym.llm import make_backend
 from comprl_gym.llm.base import Generation, LLMBackend, SamplingParams
 
@@ -53,9 +54,6 @@ logger = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------
 _THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _ACTION_TAG = re.compile(r"<action>(.*?)(?:</action>|$)", re.DOTALL | re.IGNORECASE)
-_SEARCH_TAG = re.compile(
-    r"<knowledge_search_and_ask>.*?</knowledge_search_and_ask>", re.DOTALL | re.IGNORECASE
-)
 _FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _NUMBER = re.compile(r"^\(?#?(\d{1,3})\s*[.):\]]?\s*(.*)$")
 _PREFIX = re.compile(
@@ -159,9 +157,9 @@ def extract_action(text: str, admissible: list[str] | None = None) -> ExtractedA
                 if matched is not None:
                     return ExtractedAction(matched, "tag")
             return ExtractedAction(raw if "\n" in raw else _clean_line(raw) or raw, "tag")
-    search = _SEARCH_TAG.findall(visible)
+    search = find_tag(visible)
     if search:
-        return ExtractedAction(search[-1].strip(), "search_tag")
+        return ExtractedAction(search, "search_tag")
     fences = [f.strip() for f in _FENCE.findall(visible) if f.strip()]
     if fences:
         block = fences[-1]
@@ -238,7 +236,6 @@ class EpisodeState:
     family: str
     history: list[tuple[str, str]] = field(default_factory=list)
     last_format_error: bool = False
-    experience_tool: bool = False
     steps: int = 0
 
 
@@ -297,9 +294,7 @@ class LLMAgent:
     # ---- batched -------------------------------------------------------------------------
     def start_episode(self, task: str, info: dict[str, Any]) -> EpisodeState:
         family = self.family or str(info.get("env_family", "generic"))
-        return EpisodeState(
-            task=task, family=family, experience_tool="search_and_ask_calls" in info
-        )
+        return EpisodeState(task=task, family=family)
 
     def messages_for(
         self, state: EpisodeState, observation: str, info: dict[str, Any]
@@ -312,7 +307,6 @@ class LLMAgent:
             admissible=info.get("admissible_actions"),
             config=self.config.prompt,
             format_error=state.last_format_error,
-            experience_tool=state.experience_tool,
         )
 
     def act_batch(

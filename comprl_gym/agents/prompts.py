@@ -31,12 +31,6 @@ TEMPLATE_PATTERN = re.compile(r"<[^<>]+>")
 #: The action grammar of a family whose spec gives none.
 GENERIC_GRAMMAR = "You act in a text environment. An action is a short command."
 
-EXPERIENCE_TOOL = (
-    "You may also consult past experience: the action search_and_ask[your question] returns "
-    "advice from lessons learned in earlier episodes (it does not use a game step; the number "
-    "of questions per episode is limited)."
-)
-
 
 @dataclass
 class PromptConfig:
@@ -102,13 +96,11 @@ def answer_instruction(
     return f"Reply with {how}. Do not explain."
 
 
-def system_prompt(family: str, config: PromptConfig, experience_tool: bool = False) -> str:
-    """The system message of a family."""
+def system_prompt(family: str, config: PromptConfig) -> str:
+    """The system message of a family (the search_and_ask tool is explained once, by the
+    experience wrapper's first observation)."""
     spec = family_spec(family)
-    parts = [spec.action_grammar if spec and spec.action_grammar else GENERIC_GRAMMAR]
-    if experience_tool:
-        parts.append(EXPERIENCE_TOOL)
-    return "\n\n".join(parts)
+    return spec.action_grammar if spec and spec.action_grammar else GENERIC_GRAMMAR
 
 
 def build_messages(
@@ -119,7 +111,6 @@ def build_messages(
     admissible: list[str] | None,
     config: PromptConfig,
     format_error: bool = False,
-    experience_tool: bool = False,
 ) -> list[dict[str, str]]:
     """The conversation for one step.
 
@@ -150,7 +141,7 @@ def build_messages(
             lines.append(f"(and {len(admissible) - len(listed)} more)")
     lines.append("\n" + answer_instruction(bool(listed), config, has_templates(listed)))
     return [
-        {"role": "system", "content": system_prompt(family, config, experience_tool)},
+        {"role": "system", "content": system_prompt(family, config)},
         {"role": "user", "content": "\n".join(lines)},
     ]
 

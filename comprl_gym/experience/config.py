@@ -13,8 +13,10 @@ class ExperienceConfig:
     """Every hyperparameter of the store, the manager and the merging loop.
 
     Defaults follow the Complementary RL reference (query batch 32 / 5 ms, diversification
-    lambda 0.4 over a 300 s window with 0.5 dropout and 16x candidates, training weight
-    ``(1 + training_count) ** -0.5``).
+    lambda 0.4 over a 300 s window with 0.5 dropout and 16x candidates); the training-weight,
+    cooldown and merge-schedule defaults are the ones the trainers run with. The trainers'
+    :class:`~comprl_gym.trainers.config.ExperienceSettings` extends this class with the
+    training-loop knobs only, so every knob has one owner.
 
     Example:
         >>> ExperienceConfig(top_k=5).candidate_multiplier
@@ -57,9 +59,9 @@ class ExperienceConfig:
     # ---- extractor training -----------------------------------------------------------------
     #: Sample weight of an experience for extractor training: ``(1 + training_count)**-power``;
     #: 0 disables the down-weighting.
-    train_weight_power: float = 0.5
-    #: An experience trained on fewer than this many actor steps ago gets weight 0.
-    train_cooldown_steps: int = 0
+    train_weight_power: float = 1.0
+    #: An experience trained on fewer than this many actor steps ago gets weight 0 (cooldown).
+    train_cooldown_steps: int = 2
 
     # ---- maintenance ------------------------------------------------------------------------
     #: Cosine similarity at or above which two experiences of one family are duplicates.
@@ -69,7 +71,7 @@ class ExperienceConfig:
     #: Experiences handed to the extractor in one merge call.
     merge_window: int = 8
     #: :meth:`ExperienceManager.maybe_merge` merges every this many actor steps (0 = never).
-    merge_interval_steps: int = 50
+    merge_interval_steps: int = 4
     #: Windows merged per call (None = a full pass over the store).
     merge_max_windows: int | None = None
 
@@ -106,6 +108,9 @@ class ExperienceConfig:
             "diversity_lambda": self.diversity_lambda >= 0,
             "dedupe_threshold": -1.0 <= self.dedupe_threshold <= 1.0,
             "merge_window": self.merge_window >= 2,
+            "merge_interval_steps": self.merge_interval_steps >= 0,
+            "train_cooldown_steps": self.train_cooldown_steps >= 0,
+            "train_weight_power": self.train_weight_power >= 0,
             "hnsw_connectivity": self.hnsw_connectivity >= 2,
             "max_text_chars": self.max_text_chars >= 16,
             "sqlite_synchronous": self.sqlite_synchronous.upper()
@@ -114,7 +119,7 @@ class ExperienceConfig:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
-            raise ConfigurationError(f"invalid ExperienceConfig value(s): {values}")
+            raise ConfigurationError(f"invalid {type(self).__name__} value(s): {values}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

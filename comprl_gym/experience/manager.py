@@ -1,14 +1,13 @@
 """The ExperienceManager: the one door to the experience store, for actors and extractors alike.
 
-* Retrieval never makes the actor wait on writers for long: queries from any thread or event
-  loop are queued, gathered into batches (``query_batch_size`` or ``query_batch_timeout_s``),
-  embedded through an LRU cache and searched by a pool of workers under the read side of a
-  writer-priority read/write lock.
-* Results are diversified (score = -rank - lambda*log(1+retrievals) - recent-use penalty, with
-  a chance of moving a recently used top hit to the end) so that near-equal experiences share
-  the retrievals, as in the Complementary RL reference.
-* Writes (extractor operations, outcomes, training marks, merges, de-duplication) take the
-  write lock and commit one SQLite transaction each: all or nothing, with provenance.
+It serialises access with one writer-priority read/write lock and hands each job to its owner:
+
+* :class:`~comprl_gym.experience.retrieval.Retriever`: batched, cached, diversified queries
+  that never make the actor wait on writers for long;
+* :class:`~comprl_gym.experience.maintenance.Maintenance`: merging (on one schedule),
+  de-duplication and the one training-weight policy;
+* the store itself for writes (extractor operations, outcomes, training marks): one SQLite
+  transaction each, all or nothing, with provenance.
 
 Example:
     >>> import tempfile
@@ -27,40 +26,28 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import inspect
-import json
 import logging
-import math
 import os
-import queue
-import random
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from comprl_gym.core import ConfigurationError
 from comprl_gym.experience import prompts
 from comprl_gym.experience.config import ExperienceConfig
-from comprl_gym.experience.embedding import Embedder, EmbeddingCache, clean_text
-from comprl_gym.experience.merge import MergeReport, active_families, plan_dedupe, window_for
+from comprl_gym.experience.embedding import Embedder, clean_text
+from comprl_gym.experience.maintenance import Maintenance, MergeExtractor
+from comprl_gym.experience.merge import MergeReport
 from comprl_gym.experience.operations import (
     EXTRACT_KINDS,
-    MERGE_KINDS,
     ApplyResult,
     ExtractorOutputError,
     Operation,
     parse_extractor_output,
-    parse_merge_output,
 )
 from comprl_gym.experience.records import (
-    ACTIVE,
     DROPPED,
     MERGED,
     NO_PROVENANCE,
@@ -68,28 +55,11 @@ from comprl_gym.experience.records import (
     Provenance,
     Retrieved,
 )
+from comprl_gym.experience.retrieval import Retriever
 from comprl_gym.experience.rwlock import RWLock
 from comprl_gym.experience.store import ExperienceStore
 
 logger = logging.getLogger(__name__)
-
-#: ``extractor(window) -> str | list[Operation]``: the merge call (text in the merge format).
-MergeExtractor = Callable[[list[Experience]], "str | list[Operation]"]
-
-
-@dataclass
-class _Query:
-    text: str | None
-    vector: np.ndarray | None
-    k: int
-    env_family: str | None
-    diversify: bool
-    record: bool
-    future: concurrent.futures.Future
-    enqueued: float
-
-
-_STOP = object()
 
 
 class ExperienceManager:
@@ -115,25 +85,9 @@ class ExperienceManager:
         self.store = store
         self.config = config or store.config
         self._lock = RWLock()
-        self._cache = EmbeddingCache(self.config.embedding_cache_size)
-        self._usage: dict[int, list[float]] = {}  # id -> [pending count, last retrieval time]
-        self._usage_lock = threading.Lock()
-        self._last_flush = time.monotonic()
-        self._rng = random.Random(self.config.seed)
-        self._rng_lock = threading.Lock()
-        self._queue: queue.Queue[Any] = queue.Queue()
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            self.config.search_workers, thread_name_prefix="experience-search"
-        )
-        self._background = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="experience-maintenance"
-        )
+        self.retrieval = Retriever(store, self.config, self._lock)
+        self.maintenance = Maintenance(store, self.config, self._lock)
         self._closed = False
-        self.batch_stats = {"batches": 0, "queries": 0, "full_batches": 0}
-        self._batcher = threading.Thread(
-            target=self._batch_loop, name="experience-batcher", daemon=True
-        )
-        self._batcher.start()
 
     # ================================================================== reads
     def retrieve(
@@ -147,7 +101,7 @@ class ExperienceManager:
     ) -> list[Retrieved]:
         """The ``k`` experiences most relevant to ``query`` (restricted to ``env_family`` and
         the family-less ones when given). An empty query returns ``[]``."""
-        return self._submit_text(query, k, env_family, diversify, record).result(timeout)
+        return self.retrieval.retrieve(query, k, env_family, diversify, record, timeout)
 
     def retrieve_batch(
         self,
@@ -158,8 +112,7 @@ class ExperienceManager:
         record: bool = True,
         timeout: float | None = 60.0,
     ) -> list[list[Retrieved]]:
-        futures = [self._submit_text(q, k, env_family, diversify, record) for q in queries]
-        return [f.result(timeout) for f in futures]
+        return self.retrieval.retrieve_batch(queries, k, env_family, diversify, record, timeout)
 
     def retrieve_by_vector(
         self,
@@ -171,9 +124,7 @@ class ExperienceManager:
         timeout: float | None = 60.0,
     ) -> list[Retrieved]:
         """Like :meth:`retrieve` for a precomputed query embedding."""
-        return self._submit(
-            None, np.asarray(vector, np.float32), k, env_family, diversify, record
-        ).result(timeout)
+        return self.retrieval.retrieve_by_vector(vector, k, env_family, diversify, record, timeout)
 
     async def aretrieve(
         self,
@@ -184,7 +135,7 @@ class ExperienceManager:
         record: bool = True,
     ) -> list[Retrieved]:
         """Async :meth:`retrieve`: awaits the batch without blocking the event loop."""
-        return await asyncio.wrap_future(self._submit_text(query, k, env_family, diversify, record))
+        return await self.retrieval.aretrieve(query, k, env_family, diversify, record)
 
     async def aretrieve_batch(
         self,
@@ -194,11 +145,11 @@ class ExperienceManager:
         diversify: bool | None = None,
         record: bool = True,
     ) -> list[list[Retrieved]]:
-        futures = [
-            asyncio.wrap_future(self._submit_text(q, k, env_family, diversify, record))
-            for q in queries
-        ]
-        return list(await asyncio.gather(*futures))
+        return await self.retrieval.aretrieve_batch(queries, k, env_family, diversify, record)
+
+    @property
+    def batch_stats(self) -> dict[str, int]:
+        return self.retrieval.batch_stats
 
     def get(self, ids: Sequence[int]) -> list[Experience]:
         """Experiences by id (tombstoned ones included), in the order asked."""
@@ -218,204 +169,6 @@ class ExperienceManager:
     def __len__(self) -> int:
         with self._lock.read():
             return self.store.count()
-
-    # ------------------------------------------------------------------ batching internals
-    def _submit_text(
-        self,
-        query: str,
-        k: int | None,
-        env_family: str | None,
-        diversify: bool | None,
-        record: bool,
-    ) -> concurrent.futures.Future:
-        text = clean_text(query)[: self.config.max_query_chars].strip()
-        if not text:
-            future: concurrent.futures.Future = concurrent.futures.Future()
-            future.set_result([])
-            return future
-        return self._submit(text, None, k, env_family, diversify, record)
-
-    def _submit(
-        self,
-        text: str | None,
-        vector: np.ndarray | None,
-        k: int | None,
-        env_family: str | None,
-        diversify: bool | None,
-        record: bool,
-    ) -> concurrent.futures.Future:
-        if self._closed:
-            raise RuntimeError("the experience manager is closed")
-        k = self.config.top_k if k is None else int(k)
-        if k < 1:
-            raise ConfigurationError(f"k must be at least 1, got {k}")
-        if vector is not None and vector.shape[-1] != self.store.dim:
-            raise ConfigurationError(
-                f"query vector has dimension {vector.shape[-1]}, the store {self.store.dim}"
-            )
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        item = _Query(
-            text,
-            vector,
-            k,
-            env_family,
-            self.config.diversify if diversify is None else diversify,
-            record,
-            future,
-            time.monotonic(),
-        )
-        self._queue.put(item)
-        return future
-
-    def _batch_loop(self) -> None:
-        cfg = self.config
-        while True:
-            try:
-                first = self._queue.get(timeout=cfg.stats_flush_interval_s)
-            except queue.Empty:
-                self._flush_usage_if_due()
-                continue
-            if first is _STOP:
-                return
-            batch = [first]
-            stop = False
-            deadline = first.enqueued + cfg.query_batch_timeout_s
-            while len(batch) < cfg.query_batch_size:
-                remaining = deadline - time.monotonic()
-                try:
-                    item = (
-                        self._queue.get(timeout=remaining)
-                        if remaining > 0
-                        else self._queue.get_nowait()
-                    )
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
-            self.batch_stats["batches"] += 1
-            self.batch_stats["queries"] += len(batch)
-            self.batch_stats["full_batches"] += len(batch) >= cfg.query_batch_size
-            self._pool.submit(self._run_batch, batch)
-            self._flush_usage_if_due()
-            if stop:
-                return
-
-    def _run_batch(self, batch: list[_Query]) -> None:
-        try:
-            texts = [q.text for q in batch if q.vector is None]
-            embedded = self._cache.encode(self.store.embedder, texts) if texts else None
-            vectors = np.zeros((len(batch), self.store.dim), dtype=np.float32)
-            j = 0
-            for i, q in enumerate(batch):
-                if q.vector is None:
-                    vectors[i] = embedded[j]  # type: ignore[index]
-                    j += 1
-                else:
-                    vectors[i] = q.vector
-            groups: dict[str | None, list[int]] = {}
-            for i, q in enumerate(batch):
-                groups.setdefault(q.env_family, []).append(i)
-            results: list[list[Retrieved]] = [[] for _ in batch]
-            with self._lock.read():
-                for family, members in groups.items():
-                    keys = self.store.family_keys(family)
-                    if not keys:
-                        continue
-                    width = max(
-                        q.k * (self.config.candidate_multiplier if q.diversify else 1)
-                        for q in (batch[m] for m in members)
-                    )
-                    ids, sims = self.store.search(vectors[members], width, keys)
-                    candidates = {int(x) for x in ids.ravel() if x >= 0}
-                    usage = (
-                        self.store.usage(list(candidates))
-                        if any(batch[m].diversify for m in members)
-                        else {}
-                    )
-                    chosen: list[list[tuple[int, float]]] = []
-                    for row, m in enumerate(members):
-                        q = batch[m]
-                        pairs = [(int(a), float(b)) for a, b in zip(ids[row], sims[row]) if a >= 0]
-                        if q.diversify:
-                            pairs = self._diversify(
-                                pairs[: q.k * self.config.candidate_multiplier], usage
-                            )
-                        chosen.append(pairs[: q.k])
-                    wanted = sorted({eid for pairs in chosen for eid, _ in pairs})
-                    found = {e.id: e for e in self.store.get(wanted)}
-                    for row, m in enumerate(members):
-                        results[m] = [
-                            Retrieved(found[eid], sim) for eid, sim in chosen[row] if eid in found
-                        ]
-            now = time.time()
-            for q, hits in zip(batch, results):
-                if q.record and hits:
-                    self._record_retrievals([h.id for h in hits], now)
-                q.future.set_result(hits)
-        except BaseException as exc:  # hand every waiting caller the error, never hang them
-            logger.exception("experience query batch failed")
-            for q in batch:
-                if not q.future.done():
-                    q.future.set_exception(exc)
-
-    def _diversify(
-        self, pairs: list[tuple[int, float]], usage: dict[int, tuple[int, float]]
-    ) -> list[tuple[int, float]]:
-        """Re-rank ``(id, similarity)`` candidates by the reference's usage-penalised score."""
-        cfg = self.config
-        now = time.time()
-        with self._usage_lock:
-            pending = {eid: tuple(self._usage[eid]) for eid, _ in pairs if eid in self._usage}
-        scored = []
-        recent: dict[int, bool] = {}
-        for rank, (eid, sim) in enumerate(pairs):
-            count, last = usage.get(eid, (0, 0.0))
-            if eid in pending:
-                count += int(pending[eid][0])
-                last = max(last, pending[eid][1])
-            recent[eid] = last > 0 and now - last < cfg.diversity_recent_s
-            score = (
-                -rank
-                - cfg.diversity_lambda * math.log1p(count)
-                - (cfg.diversity_recent_penalty if recent[eid] else 0.0)
-            )
-            scored.append((score, rank, eid, sim))
-        scored.sort(key=lambda s: (-s[0], s[1]))
-        ranked = [(eid, sim) for _, _, eid, sim in scored]
-        if ranked and cfg.diversity_dropout_p > 0 and recent[ranked[0][0]]:
-            with self._rng_lock:
-                drop = self._rng.random() < cfg.diversity_dropout_p
-            if drop:
-                ranked = ranked[1:] + ranked[:1]
-        return ranked
-
-    def _record_retrievals(self, ids: Sequence[int], now: float) -> None:
-        with self._usage_lock:
-            for eid in ids:
-                slot = self._usage.setdefault(eid, [0, 0.0])
-                slot[0] += 1
-                slot[1] = now
-
-    def _flush_usage_if_due(self, force: bool = False) -> None:
-        if not force and time.monotonic() - self._last_flush < self.config.stats_flush_interval_s:
-            return
-        self._last_flush = time.monotonic()
-        with self._usage_lock:
-            pending, self._usage = self._usage, {}
-        if not pending:
-            return
-        try:
-            with self._lock.write():
-                self.store.flush_usage({eid: (int(c), float(t)) for eid, (c, t) in pending.items()})
-        except Exception:
-            logger.exception("could not write retrieval counters; keeping them for the next flush")
-            with self._usage_lock:
-                for eid, (c, t) in pending.items():
-                    slot = self._usage.setdefault(eid, [0, 0.0])
-                    slot[0] += c
-                    slot[1] = max(slot[1], t)
 
     # ================================================================== writes
     def add(
@@ -478,10 +231,7 @@ class ExperienceManager:
                     elif op.kind == "update":
                         target_family = family
                         if target_family is None:
-                            row = cursor.execute(
-                                "SELECT env_family FROM experiences WHERE id = ?", (targets[0],)
-                            ).fetchone()
-                            target_family = row[0] if row else None
+                            target_family = self.store.family_of(cursor, targets[0])
                         [new_id] = self.store.insert(
                             cursor,
                             [texts[w]],
@@ -496,11 +246,7 @@ class ExperienceManager:
                     elif op.kind == "drop":
                         result.dropped.extend(self.store.retire(cursor, targets, DROPPED))
                     else:
-                        column = "upvotes" if op.kind == "upvote" else "downvotes"
-                        cursor.executemany(
-                            f"UPDATE experiences SET {column} = {column} + 1 WHERE id = ?",
-                            [(t,) for t in targets],
-                        )
+                        self.store.add_votes(cursor, targets, up=op.kind == "upvote")
                         result.voted.extend(targets)
             return result
         except Exception as exc:
@@ -527,100 +273,30 @@ class ExperienceManager:
 
     def report_outcome(self, experience_ids: Sequence[int], won: bool) -> None:
         """One episode used ``experience_ids`` and was won or lost: ``uses += 1``, ``wins += won``."""
-        ids = list(dict.fromkeys(int(i) for i in experience_ids))
-        if not ids:
-            return
-        with self._lock.write(), self.store.transaction() as cursor:
-            cursor.executemany(
-                "UPDATE experiences SET uses = uses + 1, wins = wins + ? WHERE id = ?",
-                [(1 if won else 0, eid) for eid in ids],
-            )
-
-    # ------------------------------------------------------------------ extractor training
-    def training_weights(self, ids: Sequence[int], actor_step: int) -> list[float]:
-        """Per-id sample weight: 0 inside the cooldown, else ``(1 + training_count)**-power``."""
-        found = {e.id: e for e in self.get(list(ids))}
-        return [self._weight(found.get(int(i)), actor_step) for i in ids]
-
-    def _weight(self, exp: Experience | None, actor_step: int) -> float:
-        cfg = self.config
-        if exp is None:
-            return 0.0
-        if (
-            cfg.train_cooldown_steps > 0
-            and exp.last_trained_step >= 0
-            and actor_step - exp.last_trained_step < cfg.train_cooldown_steps
-        ):
-            return 0.0
-        return (
-            float((1.0 + exp.training_count) ** (-cfg.train_weight_power))
-            if cfg.train_weight_power > 0
-            else 1.0
-        )
-
-    def sample_weights(self, id_groups: Sequence[Sequence[int]], actor_step: int) -> list[float]:
-        """Weight of each extractor sample (the ids it wrote): the smallest of its ids' weights
-        (the most-trained id decides, as in the reference's ``max train_count``)."""
-        flat = list({int(i) for group in id_groups for i in group})
-        weights = dict(zip(flat, self.training_weights(flat, actor_step)))
-        return [min((weights[int(i)] for i in group), default=1.0) for group in id_groups]
-
-    def select_for_training(self, ids: Sequence[int], actor_step: int) -> list[tuple[int, float]]:
-        """``(id, weight)`` for the ids with a positive training weight."""
-        return [(int(i), w) for i, w in zip(ids, self.training_weights(ids, actor_step)) if w > 0]
+        with self._lock.write():
+            self.store.report_outcome(experience_ids, won)
 
     def mark_trained(self, ids: Sequence[int], actor_step: int) -> None:
         """Record that the extractor was trained on samples that wrote ``ids`` at ``actor_step``."""
-        unique = list(dict.fromkeys(int(i) for i in ids))
-        if not unique:
-            return
-        with self._lock.write(), self.store.transaction() as cursor:
-            cursor.executemany(
-                "UPDATE experiences SET training_count = training_count + 1, "
-                "last_trained_step = max(last_trained_step, ?) WHERE id = ?",
-                [(int(actor_step), eid) for eid in unique],
-            )
+        with self._lock.write():
+            self.store.mark_trained(ids, actor_step)
 
     # ------------------------------------------------------------------ maintenance
+    def training_weights(self, ids: Sequence[int], actor_step: int) -> list[float]:
+        """Per-id sample weight: 0 inside the cooldown, else ``(1 + training_count)**-power``."""
+        return self.maintenance.training_weights(ids, actor_step)
+
+    def sample_weights(self, id_groups: Sequence[Sequence[int]], actor_step: int) -> list[float]:
+        """Weight of each extractor sample (the smallest weight of the ids it wrote)."""
+        return self.maintenance.sample_weights(id_groups, actor_step)
+
+    def select_for_training(self, ids: Sequence[int], actor_step: int) -> list[tuple[int, float]]:
+        """``(id, weight)`` for the ids with a positive training weight."""
+        return self.maintenance.select_for_training(ids, actor_step)
+
     def dedupe(self, threshold: float | None = None) -> list[int]:
-        """Tombstone near-duplicates (cosine >= threshold, same family); the kept experience
-        inherits their uses, wins and retrievals and lists them in ``merged_from``."""
-        threshold = self.config.dedupe_threshold if threshold is None else threshold
-        with self._lock.read():
-            plan = plan_dedupe(self.store, threshold, self.config.dedupe_neighbors)
-        if not plan:
-            return []
-        retired: list[int] = []
-        with self._lock.write(), self.store.transaction() as cursor:
-            for loser, keeper, _sim in plan:
-                rows = {
-                    r[0]: r
-                    for r in cursor.execute(
-                        "SELECT id, status, uses, wins, retrieval_count, merged_from FROM experiences WHERE id IN (?, ?)",
-                        (loser, keeper),
-                    )
-                }
-                if rows.get(loser, (0, ""))[1] != ACTIVE or rows.get(keeper, (0, ""))[1] != ACTIVE:
-                    continue
-                self.store.retire(cursor, [loser], MERGED, replaced_by=keeper)
-                merged_from = [*json.loads(rows[keeper][5]), loser]
-                cursor.execute(
-                    "UPDATE experiences SET uses = uses + ?, wins = wins + ?, retrieval_count = retrieval_count + ?, "
-                    "merged_from = ?, updated_at = ? WHERE id = ?",
-                    (
-                        rows[loser][2],
-                        rows[loser][3],
-                        rows[loser][4],
-                        json.dumps(merged_from),
-                        time.time(),
-                        keeper,
-                    ),
-                )
-                retired.append(loser)
-        logger.info(
-            "dedupe retired %d near-duplicate experiences (threshold %.3f)", len(retired), threshold
-        )
-        return retired
+        """Tombstone near-duplicates; see :meth:`Maintenance.dedupe`."""
+        return self.maintenance.dedupe(threshold)
 
     def merge(
         self,
@@ -629,141 +305,14 @@ class ExperienceManager:
         actor_step: int = 0,
         policy_version: str = "",
     ) -> MergeReport:
-        """Slide over the store in windows of related experiences and let ``extractor`` keep,
-        merge or drop them. Continues from where the previous call stopped; each window is
-        applied atomically, a malformed reply leaves its window unchanged."""
-        cfg = self.config
-        max_windows = cfg.merge_max_windows if max_windows is None else max_windows
-        report = MergeReport()
-        with self._lock.read():
-            cursor_id = int(self.store.get_meta("merge_cursor") or 0)
-            families = active_families(self.store)
-        visited: set[int] = set()
-        seeds = [eid for eid in families if eid > cursor_id]
-        for seed in seeds:
-            if max_windows is not None and report.windows >= max_windows:
-                break
-            if seed in visited:
-                continue
-            with self._lock.read():
-                members = window_for(self.store, seed, families, cfg.merge_window, visited)
-                window = self.store.get(members)
-            report.windows += 1
-            if len(window) < 2:
-                self._set_cursor(seed)
-                continue
-            try:
-                reply = extractor(window)
-                ops = (
-                    parse_merge_output(reply, len(window), cfg.max_text_chars)
-                    if isinstance(reply, str)
-                    else list(reply)
-                )
-                for op in ops:
-                    if op.kind not in MERGE_KINDS or any(not 1 <= i <= len(window) for i in op.idx):
-                        raise ExtractorOutputError(f"bad merge operation {op}")
-                    if op.kind == "merge" and op.text is None:
-                        raise ExtractorOutputError("merge without merged_memory")
-            except Exception as exc:
-                report.failed_windows += 1
-                report.errors.append(str(exc))
-                logger.warning("merge window %s left unchanged: %s", [e.id for e in window], exc)
-                self._set_cursor(seed)
-                continue
-            self._apply_merge(window, ops, report, actor_step, policy_version)
-            self._set_cursor(seed)
-        else:
-            report.pass_complete = True
-            self._set_cursor(0)
-        return report
-
-    def _apply_merge(
-        self,
-        window: list[Experience],
-        ops: list[Operation],
-        report: MergeReport,
-        actor_step: int,
-        policy_version: str,
-    ) -> None:
-        merges = [op for op in ops if op.kind == "merge"]
-        texts = self.store.to_texts([op.text for op in merges]) if merges else []  # type: ignore[misc]
-        vectors = self.store.embed_texts(texts) if texts else None
-        with self._lock.write(), self.store.transaction() as cursor:
-            ids = [e.id for e in window]
-            alive = {
-                r[0]
-                for r in cursor.execute(
-                    f"SELECT id FROM experiences WHERE status='active' AND id IN ({','.join('?' * len(ids))})",
-                    ids,
-                )
-            }
-            touched = {window[i - 1].id for op in ops if op.kind != "keep" for i in op.idx}
-            if not touched <= alive:
-                report.skipped_windows += 1  # changed by another writer since the window was read
-                return
-            merged: dict[int, list[int]] = {}
-            dropped: list[int] = []
-            for n, op in enumerate(merges):
-                sources = [window[i - 1] for i in op.idx]
-                provenance = Provenance(
-                    task_ids=tuple(dict.fromkeys(t for s in sources for t in s.source_task_ids)),
-                    trajectory_ids=tuple(
-                        dict.fromkeys(t for s in sources for t in s.source_trajectory_ids)
-                    ),
-                    actor_step=actor_step,
-                    policy_version=policy_version,
-                )
-                [new_id] = self.store.insert(
-                    cursor,
-                    [texts[n]],
-                    vectors[n : n + 1],
-                    provenance,  # type: ignore[index]
-                    sources[0].env_family,
-                    merged_from=[[s.id for s in sources]],
-                )
-                cursor.execute(
-                    "UPDATE experiences SET uses = ?, wins = ?, retrieval_count = ? WHERE id = ?",
-                    (
-                        sum(s.uses for s in sources),
-                        sum(s.wins for s in sources),
-                        sum(s.retrieval_count for s in sources),
-                        new_id,
-                    ),
-                )
-                self.store.retire(cursor, [s.id for s in sources], MERGED, replaced_by=new_id)
-                merged[new_id] = [s.id for s in sources]
-            for op in ops:
-                if op.kind == "drop":
-                    dropped.extend(
-                        self.store.retire(cursor, [window[i - 1].id for i in op.idx], DROPPED)
-                    )
-        report.merged.update(merged)
-        report.dropped.extend(dropped)
-
-    def _set_cursor(self, seed: int) -> None:
-        with self._lock.write(), self.store.transaction() as cursor:
-            self.store.set_meta({"merge_cursor": str(seed)}, cursor)
+        """Merge windows of related experiences; see :meth:`Maintenance.merge`."""
+        return self.maintenance.merge(extractor, max_windows, actor_step, policy_version)
 
     def maybe_merge(
         self, actor_step: int, extractor: MergeExtractor, policy_version: str = ""
     ) -> MergeReport | None:
-        """Run :meth:`merge` when ``merge_interval_steps`` actor steps passed since the last one."""
-        interval = self.config.merge_interval_steps
-        if interval <= 0:
-            return None
-        with self._lock.read():
-            last = self.store.get_meta("last_merge_step")
-        if last is not None and actor_step - int(last) < interval:
-            return None
-        with self._lock.write(), self.store.transaction() as cursor:
-            self.store.set_meta({"last_merge_step": str(int(actor_step))}, cursor)
-        return self.merge(extractor, actor_step=actor_step, policy_version=policy_version)
-
-    def merge_in_background(
-        self, actor_step: int, extractor: MergeExtractor, policy_version: str = ""
-    ) -> concurrent.futures.Future:
-        """:meth:`maybe_merge` on the maintenance thread: the actor loop never waits for it."""
-        return self._background.submit(self.maybe_merge, actor_step, extractor, policy_version)
+        """:meth:`merge` when ``merge_interval_steps`` actor steps passed since the last one."""
+        return self.maintenance.maybe_merge(actor_step, extractor, policy_version)
 
     # ------------------------------------------------------------------ search_and_ask
     def search_and_ask(
@@ -831,33 +380,18 @@ class ExperienceManager:
     async def aadd(self, *args: Any, **kwargs: Any) -> list[int]:
         return await self._in_thread(self.add, *args, **kwargs)
 
-    async def aapply_extractor_output(self, *args: Any, **kwargs: Any) -> ApplyResult:
-        return await self._in_thread(self.apply_extractor_output, *args, **kwargs)
-
-    async def aapply_operations(self, *args: Any, **kwargs: Any) -> ApplyResult:
-        return await self._in_thread(self.apply_operations, *args, **kwargs)
-
     async def areport_outcome(self, experience_ids: Sequence[int], won: bool) -> None:
         await self._in_thread(self.report_outcome, experience_ids, won)
-
-    async def amark_trained(self, ids: Sequence[int], actor_step: int) -> None:
-        await self._in_thread(self.mark_trained, ids, actor_step)
-
-    async def amerge(self, *args: Any, **kwargs: Any) -> MergeReport:
-        return await self._in_thread(self.merge, *args, **kwargs)
-
-    async def adedupe(self, threshold: float | None = None) -> list[int]:
-        return await self._in_thread(self.dedupe, threshold)
 
     # ------------------------------------------------------------------ persistence
     def save(self) -> None:
         """Write buffered counters, save the indexes and checkpoint the database."""
-        self._flush_usage_if_due(force=True)
+        self.retrieval.flush_usage(force=True)
         with self._lock.write():
             self.store.save()
 
     def export(self, folder: str | os.PathLike[str]) -> Path:
-        self._flush_usage_if_due(force=True)
+        self.retrieval.flush_usage(force=True)
         with self._lock.read():
             return self.store.export(folder)
 
@@ -874,8 +408,8 @@ class ExperienceManager:
         return {
             **self.batch_stats,
             "mean_batch_size": self.batch_stats["queries"] / batches,
-            "cache_hits": self._cache.hits,
-            "cache_misses": self._cache.misses,
+            "cache_hits": self.retrieval.cache.hits,
+            "cache_misses": self.retrieval.cache.misses,
         }
 
     def close(self) -> None:
@@ -883,12 +417,7 @@ class ExperienceManager:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(_STOP)
-        self._batcher.join(timeout=30)
-        self._pool.shutdown(wait=True)
-        self._background.shutdown(wait=True)
-        with contextlib.suppress(Exception):
-            self._flush_usage_if_due(force=True)
+        self.retrieval.close()
         with self._lock.write():
             self.store.close()
 

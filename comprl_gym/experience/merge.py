@@ -66,14 +66,6 @@ def plan_dedupe(
     return plan
 
 
-def active_families(store: ExperienceStore) -> dict[int, str]:
-    """``id -> family key`` of every active experience, in id order."""
-    rows = store._reader().execute(
-        "SELECT id, env_family FROM experiences WHERE status='active' ORDER BY id"
-    )
-    return {int(eid): family or "" for eid, family in rows}
-
-
 def window_for(
     store: ExperienceStore, seed: int, families: dict[int, str], window: int, visited: set[int]
 ) -> list[int]:

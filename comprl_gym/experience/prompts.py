@@ -254,13 +254,3 @@ def format_search_results(experiences: Sequence[Experience]) -> str:
     if not experiences:
         return "No relevant knowledge found."
     return "\n\n".join(f"[{i}] {exp.text}" for i, exp in enumerate(experiences, 1))
-
-
-def search_tool_instructions(budget: int, action_name: str = "search_and_ask") -> str:
-    """How the actor may ask the knowledge base (shown at reset when the budget is positive)."""
-    return (
-        f"You may consult a knowledge base of past experience at most {budget} time(s) this "
-        f"episode: answer with {action_name}[<your question>] (or wrap the question in "
-        "<knowledge_search_and_ask>...</knowledge_search_and_ask>). Describe what you see, what "
-        "blocks you and what you tried. Asking does not use up a move."
-    )

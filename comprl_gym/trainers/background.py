@@ -3,9 +3,9 @@ asynchronous half of the dual loop: extraction, extractor training and merging),
 wait clock and the timed manager.
 
 The actor loop hands each iteration's finished episodes to :class:`ExperienceWorker` and
-goes straight on to its next rollouts. A background thread credits the experiences those
-episodes used, writes new experiences from them, takes an extractor CISPO step when rewards
-are ready, and merges the store every ``merge_every`` actor updates. The two loops meet only
+goes straight on to its next rollouts. A background thread writes new experiences from
+those episodes, takes an extractor CISPO step when rewards are ready, and lets the manager
+merge the store on its schedule (``merge_interval_steps`` actor steps). The two loops meet only
 through the :class:`~comprl_gym.experience.ExperienceManager` (which is thread-safe) and the
 extractor's lock (held while the extractor model generates or trains: a ``search_and_ask``
 answer during a rollout may have to wait for it, and that wait is measured).

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -141,16 +141,12 @@ class Trainer:
         return Path(self.config.experience.store_dir or self.output_dir / "experience")
 
     def _open_manager(self) -> Any:
-        from comprl_gym.experience import ExperienceConfig, ExperienceManager
+        from comprl_gym.experience import ExperienceManager
 
         settings = self.config.experience
-        exp_config = ExperienceConfig(
-            top_k=max(1, settings.top_k),
-            merge_window=settings.merge_window,
-            diversify=settings.diversify,
-            seed=self.config.seed,
-        )
-        return ExperienceManager(str(self.store_dir), config=exp_config)
+        # ExperienceSettings is an ExperienceConfig: the manager reads its knobs directly.
+        config = replace(settings, seed=self.config.seed)
+        return ExperienceManager(str(self.store_dir), config=config)
 
     def _build_experience(self) -> None:
         cfg = self.config
@@ -190,7 +186,6 @@ class Trainer:
         assert self.extractor is not None
         episodes: list[Trajectory] = job["episodes"]
         step = job["step"]
-        self.extractor.record_outcomes(episodes)
         groups: dict[int, list[Trajectory]] = {}
         for e in episodes:
             groups.setdefault(e.group, []).append(e)
@@ -199,11 +194,10 @@ class Trainer:
         stats = self.extractor.train_step(step) if self.trains_extractor else None
         if stats is not None:
             self.extractor_stats.append(stats)
-        every = self.config.experience.merge_every
-        if every and step % every == 0 and len(self.manager) >= 2:
-            try:
-                self.manager.merge(self.extractor.merge_window)
-                self.merges += 1
+        if len(self.manager) >= 2:
+            try:  # the manager owns the schedule (merge_interval_steps)
+                if self.manager.maybe_merge(step, self.extractor.merge_window) is not None:
+                    self.merges += 1
             except Exception:  # a bad merge answer must not stop training
                 logger.exception("merging the experience store failed; the store is unchanged")
 
@@ -240,7 +234,7 @@ class Trainer:
         return ExperienceAugmentedEnv(
             env,
             TimedManager(self.manager, self.clock),
-            inject_top_k=settings.top_k,
+            inject_top_k=settings.inject_top_k,
             search_budget=settings.search_and_ask_budget,
             refiner=self._timed_refiner,
             report_outcomes=True,

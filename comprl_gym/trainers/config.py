@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from comprl_gym.core import ConfigurationError
+from comprl_gym.experience.config import ExperienceConfig
 
 Algorithm = Literal["grpo", "complementary", "static_experience", "experience_only"]
 
@@ -70,39 +71,43 @@ class ModelSettings:
 
 
 @dataclass
-class ExperienceSettings:
-    """How the actor sees experience and how the extractor is trained on it."""
+class ExperienceSettings(ExperienceConfig):
+    """How the actor sees experience and how the extractor is trained on it.
+
+    The store, retrieval, diversification, training-weight and merge knobs are inherited from
+    :class:`~comprl_gym.experience.ExperienceConfig` (one owner each; the YAML stays flat:
+    ``experience.diversify``, ``experience.merge_interval_steps``,
+    ``experience.train_weight_power``, ``experience.train_cooldown_steps``, ...). This class
+    adds only the training loop's own knobs. Turn ``diversify`` off for bit-exact repeatable
+    runs: it reads the wall clock.
+    """
 
     #: Experiences injected into the prompt at reset (0: none, the actor must ask).
-    top_k: int = 2
+    inject_top_k: int = 2
     #: ``search_and_ask[...]`` calls allowed per episode (answered by the extractor).
     search_and_ask_budget: int = 2
     #: Folder of the experience store; empty means ``<output_dir>/experience``.
     store_dir: str = ""
     #: Experiences the extractor writes per finished task group (from its best and worst rollout).
     experiences_per_group: int = 1
-    #: Merge the store every this many actor updates (0 disables merging).
-    merge_every: int = 4
-    #: Size of the sliding window of newest entries handed to the extractor when merging.
-    merge_window: int = 8
     #: CISPO ratio cap (TRL ``epsilon_high`` for ``loss_type="cispo"``; ScaleRL recommends 5).
     cispo_eps_high: float = 5.0
     #: Experiences per extractor update (CISPO batch).
     extractor_batch_size: int = 4
     #: An experience needs this many actor trajectories that used it before it is rewarded.
     min_uses: int = 1
-    #: Training-count-aware reweighting: a sample's weight is ``(1 + times_trained) ** -power``.
-    reweight_power: float = 1.0
-    #: Cooldown: an experience trained on waits this many extractor updates before reuse.
-    cooldown_updates: int = 2
-    #: Drop an experience from training after it was trained on this many times.
+    #: Drop an extractor generation from training after it was trained on this many times.
     max_train_count: int = 3
-    #: Retrieval diversification (penalises often and recently shown entries). It reads the
-    #: wall clock, so turn it off for bit-exact repeatable runs.
-    diversify: bool = True
     #: Run extraction, extractor training and merging in a background thread (the actor never
     #: waits). False runs them in line at the end of each iteration: exactly repeatable.
     async_extraction: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.inject_top_k < 0 or self.search_and_ask_budget < 0:
+            raise ConfigurationError(
+                "experience.inject_top_k and experience.search_and_ask_budget must be >= 0"
+            )
 
 
 @dataclass

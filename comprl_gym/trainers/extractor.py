@@ -6,26 +6,35 @@ an experience through the :class:`~comprl_gym.experience.ExperienceManager`. Lat
 episodes retrieve that experience; each one that used it reports a win (+1) or a loss (-1).
 The extractor's reward for a generation is ``r(m)``, the mean of those +-1 outcomes over the
 trajectories that used the experience ``m`` it wrote (averaged over the ids it wrote when it
-wrote several). It is trained with CISPO, since by the time a reward is known the extractor
-has moved on and the sample is off-policy.
+wrote several). The outcomes are the store's ``uses``/``wins`` tallies (reported by the
+experience wrapper), the one record of them. Samples are weighted by the manager's one
+training-weight policy (:meth:`~comprl_gym.experience.ExperienceManager.sample_weights`:
+cooldown, then ``(1 + training_count) ** -train_weight_power``). The extractor is trained with
+CISPO, since by the time a reward is known the extractor has moved on and the sample is
+off-policy.
 
 Two formats: ``operations`` asks for the reference ``<answer>[{"function_name": "add", ...}]``
 list (for capable models); ``plain`` asks for one short lesson and stores it as is (what a
 135M model can write).
 
-Example (reward attribution, no model needed):
-    >>> ledger = OutcomeLedger()
-    >>> ledger.record([7, 8], won=True)
-    >>> ledger.record([7], won=False)
-    >>> ledger.reward(7), ledger.reward(8), ledger.uses(7)
-    (0.0, 1.0, 2)
+Example (reward attribution from the store's tallies, no model needed):
+    >>> import tempfile
+    >>> from comprl_gym.experience import ExperienceManager
+    >>> manager = ExperienceManager(tempfile.mkdtemp())
+    >>> a, b = manager.add(["## Title: A\\n## Description: a\\n## Content: go", "## Title: B\\n## Description: b\\n## Content: wait"])
+    >>> manager.report_outcome([a, b], won=True)
+    >>> manager.report_outcome([a], won=False)
+    >>> generation_reward(manager, [a], min_uses=1), generation_reward(manager, [a, b], min_uses=1)
+    (0.0, 0.5)
+    >>> generation_reward(manager, [a], min_uses=3) is None
+    True
+    >>> manager.close()
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,32 +46,11 @@ from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 logger = logging.getLogger(__name__)
 
 
-class OutcomeLedger:
-    """Per-experience outcomes of the actor trajectories that used it: the reward ``r(m)``.
-
-    ``record(ids, won)`` adds one +1 (win) or -1 (loss) to every id shown in one trajectory;
-    ``reward(m)`` is their mean (in [-1, 1]); ``uses(m)`` how many trajectories used ``m``.
-    """
-
-    def __init__(self) -> None:
-        self._outcomes: dict[int, list[int]] = defaultdict(list)
-
-    def record(self, experience_ids: Iterable[int], won: bool) -> None:
-        for m in dict.fromkeys(int(i) for i in experience_ids):  # one vote per trajectory
-            self._outcomes[m].append(1 if won else -1)
-
-    def uses(self, m: int) -> int:
-        return len(self._outcomes.get(int(m), ()))
-
-    def reward(self, m: int) -> float:
-        votes = self._outcomes.get(int(m))
-        return sum(votes) / len(votes) if votes else 0.0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {str(k): list(v) for k, v in self._outcomes.items()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._outcomes = defaultdict(list, {int(k): list(v) for k, v in state.items()})
+def generation_reward(manager: Any, written_ids: Iterable[int], min_uses: int) -> float | None:
+    """Mean ``r(m)`` (the store's ``(wins - losses) / uses``) over the ``written_ids`` used by at
+    least ``min_uses`` trajectories; ``None`` when none was."""
+    rewards = [e.reward for e in manager.get(list(written_ids)) if e.uses >= min_uses]
+    return sum(rewards) / len(rewards) if rewards else None
 
 
 @dataclass
@@ -75,7 +63,6 @@ class ExtractorGeneration:
     written_ids: list[int]
     actor_step: int
     times_trained: int = 0
-    last_trained_update: int = -(10**9)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -131,7 +118,6 @@ class ExperienceExtractor:
         self.seed = seed
         self.on_weights_changed = on_weights_changed
         self.lock = threading.RLock()
-        self.ledger = OutcomeLedger()
         self.pending: list[ExtractorGeneration] = []
         self.updates = 0
         self.generations = 0
@@ -237,33 +223,18 @@ class ExperienceExtractor:
         return generation.text
 
     # ------------------------------------------------------------------ rewards and training
-    def record_outcomes(self, episodes: Iterable[Trajectory]) -> None:
-        """Credit the experiences each finished actor episode used with its outcome."""
-        for episode in episodes:
-            if episode.experience_ids:
-                self.ledger.record(episode.experience_ids, episode.won)
-
-    def generation_reward(self, generation: ExtractorGeneration) -> float | None:
-        """Mean ``r(m)`` over the ids a generation wrote that were used often enough."""
-        rewards = [
-            self.ledger.reward(m)
-            for m in generation.written_ids
-            if self.ledger.uses(m) >= self.settings.min_uses
-        ]
-        return sum(rewards) / len(rewards) if rewards else None
-
     def ready_samples(self, actor_step: int) -> list[tuple[ExtractorGeneration, TrainSample]]:
-        """Generations with a reward, outside their cooldown, weighted by training count."""
+        """Generations with a reward and a positive weight from the manager's training-weight
+        policy (0 inside the cooldown)."""
+        candidates = [g for g in self.pending if g.times_trained < self.settings.max_train_count]
+        weights = self.manager.sample_weights([g.written_ids for g in candidates], actor_step)
         chosen = []
-        for generation in self.pending:
-            if generation.times_trained >= self.settings.max_train_count:
+        for generation, weight in zip(candidates, weights):
+            if weight <= 0:
                 continue
-            if self.updates - generation.last_trained_update <= self.settings.cooldown_updates:
-                continue
-            reward = self.generation_reward(generation)
+            reward = generation_reward(self.manager, generation.written_ids, self.settings.min_uses)
             if reward is None:
                 continue
-            weight = (1.0 + generation.times_trained) ** -self.settings.reweight_power
             sample = TrainSample.from_generation(
                 generation.prompt_token_ids,
                 generation.completion_token_ids,
@@ -286,10 +257,8 @@ class ExperienceExtractor:
             self.updates += 1
             for generation, _ in ready:
                 generation.times_trained += 1
-                generation.last_trained_update = self.updates
             ids = sorted({m for g, _ in ready for m in g.written_ids})
-            if hasattr(self.manager, "mark_trained"):
-                self.manager.mark_trained(ids, actor_step)
+            self.manager.mark_trained(ids, actor_step)
             if self.on_weights_changed is not None and not self.optimizer.settings.frozen:
                 self.on_weights_changed()
         # Generations that can never be trained again are forgotten.
@@ -301,7 +270,6 @@ class ExperienceExtractor:
     def state_dict(self) -> dict[str, Any]:
         return {
             "optimizer": self.optimizer.state_dict(),
-            "ledger": self.ledger.state_dict(),
             "pending": [g.to_dict() for g in self.pending],
             "updates": self.updates,
             "generations": self.generations,
@@ -310,7 +278,6 @@ class ExperienceExtractor:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        self.ledger.load_state_dict(state["ledger"])
         self.pending = [ExtractorGeneration(**g) for g in state["pending"]]
         self.updates = int(state["updates"])
         self.generations = int(state["generations"])

@@ -1,0 +1,560 @@
+"""The experience database: SQLite (WAL), the source of truth, and every SQL statement.
+
+One row per experience holds its text, provenance, status, tallies (retrievals, uses, wins,
+votes, training marks) and its own unit vector, so the vector index can always be rebuilt from
+here. Writes run on one connection inside ``BEGIN IMMEDIATE`` transactions opened by
+:meth:`ExperienceStore.transaction <comprl_gym.experience.ExperienceStore.transaction>`; reads
+use one connection per thread (WAL lets them run beside the writer). A damaged file raises
+:class:`~comprl_gym.core.DataError` naming it, or with ``repair=True`` its readable rows are
+salvaged into a new file (the damaged one is kept aside).
+
+Example:
+    >>> import tempfile, numpy as np
+    >>> from pathlib import Path
+    >>> from comprl_gym.experience.operations import ExperienceText
+    >>> db = ExperienceDatabase(Path(tempfile.mkdtemp()) / "experiences.sqlite3", dim=2)
+    >>> cursor = db.begin()
+    >>> [eid] = db.insert_rows(cursor, [ExperienceText("T", "D", "C")], np.eye(2, dtype=np.float32)[:1])
+    >>> db.add_outcomes(cursor, [eid], won=True); db.commit(cursor)
+    >>> e = db.get([eid])[0]; (e.title, e.uses, e.wins)
+    ('T', 1, 1)
+    >>> db.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from comprl_gym.core import ConfigurationError, DataError
+from comprl_gym.experience.embedding import clean_text
+from comprl_gym.experience.operations import ExperienceText
+from comprl_gym.experience.records import ACTIVE, NO_PROVENANCE, STATUSES, Experience, Provenance
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+DB_NAME = "experiences.sqlite3"
+
+_COLUMNS = (
+    "id, title, description, content, env_family, source_task_ids, source_trajectory_ids, "
+    "created_step, policy_version, created_at, updated_at, status, merged_from, replaced_by, "
+    "retrieval_count, last_retrieved_at, training_count, last_trained_step, wins, uses, "
+    "upvotes, downvotes"
+)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS experiences (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    description TEXT NOT NULL,
+    content TEXT NOT NULL,
+    env_family TEXT,
+    source_task_ids TEXT NOT NULL DEFAULT '[]',
+    source_trajectory_ids TEXT NOT NULL DEFAULT '[]',
+    created_step INTEGER NOT NULL DEFAULT 0,
+    policy_version TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    status TEXT NOT NULL DEFAULT 'active',
+    merged_from TEXT NOT NULL DEFAULT '[]',
+    replaced_by INTEGER,
+    retrieval_count INTEGER NOT NULL DEFAULT 0,
+    last_retrieved_at REAL NOT NULL DEFAULT 0,
+    training_count INTEGER NOT NULL DEFAULT 0,
+    last_trained_step INTEGER NOT NULL DEFAULT -1,
+    wins INTEGER NOT NULL DEFAULT 0,
+    uses INTEGER NOT NULL DEFAULT 0,
+    upvotes INTEGER NOT NULL DEFAULT 0,
+    downvotes INTEGER NOT NULL DEFAULT 0,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS experiences_status_family ON experiences(status, env_family);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+#: The tallies a merged or de-duplicated experience passes on to the one that replaces it.
+INHERITED_TALLIES = ("uses", "wins", "retrieval_count")
+
+
+def family_key(family: str | None) -> str:
+    """The index key of a family (family-less experiences share the key ``""``)."""
+    return family or ""
+
+
+def _row_to_experience(row: Sequence[Any]) -> Experience:
+    return Experience(
+        id=row[0],
+        title=row[1],
+        description=row[2],
+        content=row[3],
+        env_family=row[4],
+        source_task_ids=json.loads(row[5]),
+        source_trajectory_ids=json.loads(row[6]),
+        created_step=row[7],
+        policy_version=row[8],
+        created_at=row[9],
+        updated_at=row[10],
+        status=row[11],
+        merged_from=json.loads(row[12]),
+        replaced_by=row[13],
+        retrieval_count=row[14],
+        last_retrieved_at=row[15],
+        training_count=row[16],
+        last_trained_step=row[17],
+        wins=row[18],
+        uses=row[19],
+        upvotes=row[20],
+        downvotes=row[21],
+    )
+
+
+def _family_clause(key: str) -> tuple[str, tuple[Any, ...]]:
+    if key == "":
+        return "env_family IS NULL", ()
+    return "env_family = ?", (key,)
+
+
+def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[list[int]]:
+    ids = [int(i) for i in ids]
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+class ExperienceDatabase:
+    """The SQLite file of a store.
+
+    Args:
+        path: the database file.
+        dim: the vector dimension (checked on read).
+        synchronous: SQLite ``synchronous`` pragma.
+        quick_check: run ``PRAGMA quick_check`` on open.
+        repair: salvage the readable rows of a damaged file instead of raising.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        dim: int = 0,
+        synchronous: str = "FULL",
+        quick_check: bool = True,
+        *,
+        repair: bool = False,
+    ):
+        self.path = Path(path)
+        self.dim = dim
+        self._synchronous = synchronous
+        self._quick_check = quick_check
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self.writer = self._open(repair)
+
+    # ------------------------------------------------------------------ opening
+    def _connect(self, readonly: bool = False) -> sqlite3.Connection:
+        if readonly:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=60, check_same_thread=False, isolation_level=None
+            )
+        else:
+            conn = sqlite3.connect(
+                self.path, timeout=60, check_same_thread=False, isolation_level=None
+            )
+        conn.execute("PRAGMA busy_timeout = 60000")
+        return conn
+
+    def _open(self, repair: bool) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = self._connect()
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
+            conn.executescript(_SCHEMA)
+            if self._quick_check:
+                result = conn.execute("PRAGMA quick_check").fetchall()
+                if result != [("ok",)]:
+                    raise sqlite3.DatabaseError("; ".join(str(r[0]) for r in result[:5]))
+            return conn
+        except sqlite3.DatabaseError as exc:
+            if conn is not None:
+                conn.close()
+            if not repair:
+                raise DataError(
+                    self.path,
+                    f"the experience database is corrupt or not a SQLite file ({exc})",
+                    "open the store with repair=True to salvage the readable rows into a new "
+                    "database (the damaged file is kept as *.corrupt-<time>)",
+                ) from exc
+            self._salvage(exc)
+            return self._open(repair=False)
+
+    def _salvage(self, cause: Exception) -> None:
+        """Copy every readable row of a damaged database into a fresh one."""
+        damaged = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+        serial = 0
+        while damaged.exists():
+            serial += 1
+            damaged = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}-{serial}")
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(str(self.path) + suffix)
+            if source.exists():
+                os.replace(source, Path(str(damaged) + suffix))
+        logger.warning(
+            "experience database %s is damaged (%s); salvaging into a new file", self.path, cause
+        )
+        rows: list[tuple[Any, ...]] = []
+        meta: list[tuple[str, str]] = []
+        try:
+            old = sqlite3.connect(f"{damaged.resolve().as_uri()}?mode=ro", uri=True)
+            with contextlib.suppress(sqlite3.DatabaseError):
+                meta = old.execute("SELECT key, value FROM meta").fetchall()
+            top = 1 << 62
+            with contextlib.suppress(sqlite3.DatabaseError, TypeError):
+                top = int(
+                    old.execute(
+                        "SELECT seq FROM sqlite_sequence WHERE name='experiences'"
+                    ).fetchone()[0]
+                )
+            rows = self._read_ranges(old, 1, top)
+            old.close()
+        except sqlite3.DatabaseError as exc:
+            logger.error("nothing could be read from %s: %s", damaged, exc)
+        conn = self._connect()
+        conn.executescript(_SCHEMA)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta)
+        placeholders = ",".join("?" * (len(_COLUMNS.split(",")) + 1))
+        conn.executemany(
+            f"INSERT INTO experiences ({_COLUMNS}, vector) VALUES ({placeholders})", rows
+        )
+        conn.execute("COMMIT")
+        conn.close()
+        logger.warning("salvaged %d experiences from %s", len(rows), damaged)
+
+    @staticmethod
+    def _read_ranges(conn: sqlite3.Connection, lo: int, hi: int) -> list[tuple[Any, ...]]:
+        """Scan rows with ``lo <= id <= hi`` in id order, hopping over unreadable regions
+        (exponentially growing jumps keep a damaged b-tree from costing one query per id)."""
+        rows: list[tuple[Any, ...]] = []
+        position, jump = lo, 1
+        query = f"SELECT {_COLUMNS}, vector FROM experiences WHERE id >= ? AND id <= ? ORDER BY id"
+        while position <= hi:
+            try:
+                for row in conn.execute(query, (position, hi)):
+                    rows.append(row)
+                    position = row[0] + 1
+                return rows
+            except sqlite3.DatabaseError:
+                position += jump
+                jump *= 2
+        return rows
+
+    def reader(self) -> sqlite3.Connection:
+        """A per-thread read connection (WAL lets readers run beside the writer)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only = 1")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    # ------------------------------------------------------------------ transactions
+    def begin(self) -> sqlite3.Cursor:
+        """Open a write transaction on the writer connection."""
+        cursor = self.writer.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        return cursor
+
+    @staticmethod
+    def commit(cursor: sqlite3.Cursor) -> None:
+        cursor.execute("COMMIT")
+
+    @staticmethod
+    def rollback(cursor: sqlite3.Cursor) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            cursor.execute("ROLLBACK")
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the database file."""
+        self.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def close(self) -> None:
+        with self._readers_lock:
+            for conn in self._readers:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self._readers.clear()
+        self.writer.close()
+
+    # ------------------------------------------------------------------ meta
+    def get_meta(self, key: str) -> str | None:
+        row = self.writer.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, values: dict[str, str], cursor: sqlite3.Cursor | None = None) -> None:
+        target = cursor or self.writer
+        target.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
+
+    # ------------------------------------------------------------------ writes (in a transaction)
+    def insert_rows(
+        self,
+        cursor: sqlite3.Cursor,
+        texts: Sequence[ExperienceText],
+        vectors: np.ndarray,
+        provenance: Provenance = NO_PROVENANCE,
+        env_family: str | None = None,
+        merged_from: Sequence[Sequence[int]] | None = None,
+    ) -> list[int]:
+        """Insert rows holding unit ``vectors``; returns their new ids."""
+        now = time.time()
+        ids = []
+        for i, text in enumerate(texts):
+            cursor.execute(
+                "INSERT INTO experiences (title, description, content, env_family, source_task_ids, "
+                "source_trajectory_ids, created_step, policy_version, created_at, updated_at, "
+                "merged_from, vector) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    text.title,
+                    text.description,
+                    text.content,
+                    env_family,
+                    json.dumps([clean_text(str(t)) for t in provenance.task_ids]),
+                    json.dumps([clean_text(str(t)) for t in provenance.trajectory_ids]),
+                    int(provenance.actor_step),
+                    clean_text(str(provenance.policy_version)),
+                    now,
+                    now,
+                    json.dumps([int(x) for x in (merged_from[i] if merged_from else [])]),
+                    np.asarray(vectors[i], dtype=np.float32).tobytes(),
+                ),
+            )
+            ids.append(int(cursor.lastrowid))
+        return ids
+
+    def retire_rows(
+        self, cursor: sqlite3.Cursor, ids: Sequence[int], status: str, replaced_by: int | None
+    ) -> dict[str, list[int]]:
+        """Tombstone the active ``ids``; returns ``family key -> ids changed``."""
+        if status not in STATUSES or status == ACTIVE:
+            raise ConfigurationError(f"cannot retire to status {status!r}")
+        changed: dict[str, list[int]] = {}
+        now = time.time()
+        for eid in dict.fromkeys(int(i) for i in ids):
+            row = cursor.execute(
+                "SELECT env_family FROM experiences WHERE id = ? AND status = 'active'", (eid,)
+            ).fetchone()
+            if row is None:
+                continue
+            cursor.execute(
+                "UPDATE experiences SET status = ?, replaced_by = ?, updated_at = ? WHERE id = ?",
+                (status, replaced_by, now, eid),
+            )
+            changed.setdefault(family_key(row[0]), []).append(eid)
+        return changed
+
+    @staticmethod
+    def add_outcomes(cursor: sqlite3.Cursor, ids: Sequence[int], won: bool) -> None:
+        """One episode used ``ids``: ``uses += 1`` and ``wins += won`` for each (once)."""
+        cursor.executemany(
+            "UPDATE experiences SET uses = uses + 1, wins = wins + ? WHERE id = ?",
+            [(1 if won else 0, eid) for eid in dict.fromkeys(int(i) for i in ids)],
+        )
+
+    @staticmethod
+    def add_votes(cursor: sqlite3.Cursor, ids: Sequence[int], up: bool) -> None:
+        column = "upvotes" if up else "downvotes"
+        cursor.executemany(
+            f"UPDATE experiences SET {column} = {column} + 1 WHERE id = ?",
+            [(int(i),) for i in ids],
+        )
+
+    @staticmethod
+    def mark_trained(cursor: sqlite3.Cursor, ids: Sequence[int], actor_step: int) -> None:
+        cursor.executemany(
+            "UPDATE experiences SET training_count = training_count + 1, "
+            "last_trained_step = max(last_trained_step, ?) WHERE id = ?",
+            [(int(actor_step), eid) for eid in dict.fromkeys(int(i) for i in ids)],
+        )
+
+    @staticmethod
+    def add_retrievals(cursor: sqlite3.Cursor, deltas: dict[int, tuple[int, float]]) -> None:
+        """Add buffered retrieval counts (``id -> (count, last_time)``)."""
+        cursor.executemany(
+            "UPDATE experiences SET retrieval_count = retrieval_count + ?, "
+            "last_retrieved_at = max(last_retrieved_at, ?) WHERE id = ?",
+            [(count, last, eid) for eid, (count, last) in deltas.items()],
+        )
+
+    @staticmethod
+    def inherit(
+        cursor: sqlite3.Cursor, heir: int, sources: Sequence[int], record_sources: bool = False
+    ) -> None:
+        """``heir`` adds the tallies (uses, wins, retrievals) of ``sources`` to its own, read
+        inside the transaction; ``record_sources`` also appends them to its ``merged_from``."""
+        sources = [int(s) for s in sources]
+        if not sources:
+            return
+        marks = ",".join("?" * len(sources))
+        sums = cursor.execute(
+            f"SELECT {', '.join(f'coalesce(sum({c}), 0)' for c in INHERITED_TALLIES)} "
+            f"FROM experiences WHERE id IN ({marks})",
+            sources,
+        ).fetchone()
+        sets = ", ".join(f"{c} = {c} + ?" for c in INHERITED_TALLIES)
+        params: list[Any] = [*sums, time.time()]
+        if record_sources:
+            [[merged_from]] = cursor.execute(
+                "SELECT merged_from FROM experiences WHERE id = ?", (heir,)
+            ).fetchall()
+            sets += ", merged_from = ?"
+            params.insert(len(sums), json.dumps([*json.loads(merged_from), *sources]))
+        cursor.execute(
+            f"UPDATE experiences SET {sets}, updated_at = ? WHERE id = ?", [*params, heir]
+        )
+
+    @staticmethod
+    def restore_state(cursor: sqlite3.Cursor, eid: int, exp: Experience, mapping: dict[int, int]):
+        """Copy an imported experience's status and tallies onto its new row ``eid``."""
+        cursor.execute(
+            "UPDATE experiences SET status=?, merged_from=?, replaced_by=?, retrieval_count=?, "
+            "last_retrieved_at=?, training_count=?, last_trained_step=?, wins=?, uses=?, "
+            "upvotes=?, downvotes=?, created_at=? WHERE id=?",
+            (
+                exp.status,
+                json.dumps([mapping.get(i, i) for i in exp.merged_from]),
+                mapping.get(exp.replaced_by, exp.replaced_by)
+                if exp.replaced_by is not None
+                else None,
+                exp.retrieval_count,
+                exp.last_retrieved_at,
+                exp.training_count,
+                exp.last_trained_step,
+                exp.wins,
+                exp.uses,
+                exp.upvotes,
+                exp.downvotes,
+                exp.created_at,
+                eid,
+            ),
+        )
+
+    @staticmethod
+    def family_of(cursor: sqlite3.Cursor, eid: int) -> str | None:
+        row = cursor.execute("SELECT env_family FROM experiences WHERE id = ?", (eid,)).fetchone()
+        return row[0] if row else None
+
+    @staticmethod
+    def active_among(cursor: sqlite3.Cursor, ids: Sequence[int]) -> set[int]:
+        """Those of ``ids`` that are still active (read inside the writer's transaction)."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return set()
+        rows = cursor.execute(
+            f"SELECT id FROM experiences WHERE status='active' AND id IN ({','.join('?' * len(ids))})",
+            ids,
+        )
+        return {r[0] for r in rows}
+
+    # ------------------------------------------------------------------ reads
+    def get(self, ids: Sequence[int]) -> list[Experience]:
+        """Experiences by id, in the order asked (unknown ids are skipped)."""
+        ids = [int(i) for i in ids]
+        found: dict[int, Experience] = {}
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            for row in self.reader().execute(
+                f"SELECT {_COLUMNS} FROM experiences WHERE id IN ({marks})", chunk
+            ):
+                found[row[0]] = _row_to_experience(row)
+        return [found[i] for i in ids if i in found]
+
+    def usage(self, ids: Sequence[int]) -> dict[int, tuple[int, float]]:
+        """``id -> (retrieval_count, last_retrieved_at)`` as stored."""
+        out: dict[int, tuple[int, float]] = {}
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            for eid, count, last in self.reader().execute(
+                f"SELECT id, retrieval_count, last_retrieved_at FROM experiences WHERE id IN ({marks})",
+                chunk,
+            ):
+                out[eid] = (count, last)
+        return out
+
+    def iter_experiences(
+        self, env_family: str | None = None, include_inactive: bool = False
+    ) -> Iterator[Experience]:
+        where, params = ["1=1"], []
+        if not include_inactive:
+            where.append("status = 'active'")
+        if env_family is not None:
+            where.append("env_family = ?")
+            params.append(env_family)
+        query = f"SELECT {_COLUMNS} FROM experiences WHERE {' AND '.join(where)} ORDER BY id"
+        for row in self.reader().execute(query, params):
+            yield _row_to_experience(row)
+
+    def active_ids(
+        self, key: str | None = None, conn: sqlite3.Connection | None = None
+    ) -> list[int]:
+        """Active ids, in id order, of one family key (``None``: every family)."""
+        conn = conn or self.reader()
+        if key is None:
+            rows = conn.execute("SELECT id FROM experiences WHERE status='active' ORDER BY id")
+        else:
+            clause, params = _family_clause(key)
+            rows = conn.execute(
+                f"SELECT id FROM experiences WHERE status='active' AND {clause} ORDER BY id", params
+            )
+        return [r[0] for r in rows]
+
+    def active_family_keys(self, conn: sqlite3.Connection | None = None) -> set[str]:
+        rows = (conn or self.reader()).execute(
+            "SELECT DISTINCT env_family FROM experiences WHERE status='active'"
+        )
+        return {family_key(r[0]) for r in rows}
+
+    def active_families(self) -> dict[int, str]:
+        """``id -> family key`` of every active experience, in id order."""
+        rows = self.reader().execute(
+            "SELECT id, env_family FROM experiences WHERE status='active' ORDER BY id"
+        )
+        return {int(eid): family_key(family) for eid, family in rows}
+
+    def count(self, include_inactive: bool = False) -> int:
+        query = "SELECT count(*) FROM experiences" + (
+            "" if include_inactive else " WHERE status='active'"
+        )
+        return int(self.reader().execute(query).fetchone()[0])
+
+    def vectors(self, ids: Sequence[int], conn: sqlite3.Connection | None = None) -> np.ndarray:
+        """The stored unit vectors of ``ids`` (rows in the order asked)."""
+        conn = conn or self.reader()
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        position = {int(eid): i for i, eid in enumerate(ids)}
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            for eid, blob in conn.execute(
+                f"SELECT id, vector FROM experiences WHERE id IN ({marks})", chunk
+            ):
+                vector = np.frombuffer(blob, dtype=np.float32)
+                if vector.size != self.dim:
+                    raise DataError(
+                        self.path,
+                        f"experience {eid} has a vector of {vector.size} values, expected {self.dim}",
+                    )
+                out[position[eid]] = vector
+        return out
+
+
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "ExperienceDatabase", "family_key"]

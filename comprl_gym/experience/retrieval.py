@@ -1,0 +1,363 @@
+"""Retrieval: the query side of the experience manager.
+
+Queries from any thread or event loop are queued, gathered into batches (``query_batch_size``
+or ``query_batch_timeout_s``), embedded through an LRU cache and searched by a pool of workers
+under the read side of the manager's writer-priority lock, so the actor never waits on writers
+for long. Results are diversified (score = -rank - lambda*log(1+retrievals) - recent-use
+penalty, with a chance of moving a recently used top hit to the end) so that near-equal
+experiences share the retrievals, as in the Complementary RL reference. Retrieval counts are
+buffered and written to the store every ``stats_flush_interval_s``.
+
+Example:
+    >>> import tempfile
+    >>> from comprl_gym.experience import ExperienceStore
+    >>> from comprl_gym.experience.rwlock import RWLock
+    >>> store = ExperienceStore(tempfile.mkdtemp())
+    >>> _ = store.add_texts(["## Title: Stairs\\n## Description: rooms\\n## Content: walk to >"])
+    >>> retriever = Retriever(store, store.config, RWLock())
+    >>> [hit.experience.title for hit in retriever.retrieve("where is the exit?")]
+    ['Stairs']
+    >>> retriever.close(); store.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import queue
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from comprl_gym.core import ConfigurationError
+from comprl_gym.experience.config import ExperienceConfig
+from comprl_gym.experience.embedding import EmbeddingCache, clean_text
+from comprl_gym.experience.records import Retrieved
+from comprl_gym.experience.rwlock import RWLock
+from comprl_gym.experience.store import ExperienceStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Query:
+    text: str | None
+    vector: np.ndarray | None
+    k: int
+    env_family: str | None
+    diversify: bool
+    record: bool
+    future: concurrent.futures.Future
+    enqueued: float
+
+
+_STOP = object()
+
+
+class Retriever:
+    """Batched, diversified, cached retrieval from a store.
+
+    Args:
+        store: the open store.
+        config: batching, cache and diversification knobs.
+        lock: the manager's read/write lock (searches take the read side).
+    """
+
+    def __init__(self, store: ExperienceStore, config: ExperienceConfig, lock: RWLock):
+        self.store = store
+        self.config = config
+        self._lock = lock
+        self.cache = EmbeddingCache(self.config.embedding_cache_size)
+        self._usage: dict[int, list[float]] = {}  # id -> [pending count, last retrieval time]
+        self._usage_lock = threading.Lock()
+        self._last_flush = time.monotonic()
+        self._rng = random.Random(self.config.seed)
+        self._rng_lock = threading.Lock()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            self.config.search_workers, thread_name_prefix="experience-search"
+        )
+        self._closed = False
+        self.batch_stats = {"batches": 0, "queries": 0, "full_batches": 0}
+        self._batcher = threading.Thread(
+            target=self._batch_loop, name="experience-batcher", daemon=True
+        )
+        self._batcher.start()
+
+    def retrieve(
+        self,
+        query: str,
+        k: int | None = None,
+        env_family: str | None = None,
+        diversify: bool | None = None,
+        record: bool = True,
+        timeout: float | None = 60.0,
+    ) -> list[Retrieved]:
+        """The ``k`` experiences most relevant to ``query`` (restricted to ``env_family`` and
+        the family-less ones when given). An empty query returns ``[]``."""
+        return self._submit_text(query, k, env_family, diversify, record).result(timeout)
+
+    def retrieve_batch(
+        self,
+        queries: Sequence[str],
+        k: int | None = None,
+        env_family: str | None = None,
+        diversify: bool | None = None,
+        record: bool = True,
+        timeout: float | None = 60.0,
+    ) -> list[list[Retrieved]]:
+        futures = [self._submit_text(q, k, env_family, diversify, record) for q in queries]
+        return [f.result(timeout) for f in futures]
+
+    def retrieve_by_vector(
+        self,
+        vector: np.ndarray,
+        k: int | None = None,
+        env_family: str | None = None,
+        diversify: bool | None = None,
+        record: bool = True,
+        timeout: float | None = 60.0,
+    ) -> list[Retrieved]:
+        """Like :meth:`retrieve` for a precomputed query embedding."""
+        return self._submit(
+            None, np.asarray(vector, np.float32), k, env_family, diversify, record
+        ).result(timeout)
+
+    async def aretrieve(
+        self,
+        query: str,
+        k: int | None = None,
+        env_family: str | None = None,
+        diversify: bool | None = None,
+        record: bool = True,
+    ) -> list[Retrieved]:
+        """Async :meth:`retrieve`: awaits the batch without blocking the event loop."""
+        return await asyncio.wrap_future(self._submit_text(query, k, env_family, diversify, record))
+
+    async def aretrieve_batch(
+        self,
+        queries: Sequence[str],
+        k: int | None = None,
+        env_family: str | None = None,
+        diversify: bool | None = None,
+        record: bool = True,
+    ) -> list[list[Retrieved]]:
+        futures = [
+            asyncio.wrap_future(self._submit_text(q, k, env_family, diversify, record))
+            for q in queries
+        ]
+        return list(await asyncio.gather(*futures))
+
+    def _submit_text(
+        self,
+        query: str,
+        k: int | None,
+        env_family: str | None,
+        diversify: bool | None,
+        record: bool,
+    ) -> concurrent.futures.Future:
+        text = clean_text(query)[: self.config.max_query_chars].strip()
+        if not text:
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            future.set_result([])
+            return future
+        return self._submit(text, None, k, env_family, diversify, record)
+
+    def _submit(
+        self,
+        text: str | None,
+        vector: np.ndarray | None,
+        k: int | None,
+        env_family: str | None,
+        diversify: bool | None,
+        record: bool,
+    ) -> concurrent.futures.Future:
+        if self._closed:
+            raise RuntimeError("the experience manager is closed")
+        k = self.config.top_k if k is None else int(k)
+        if k < 1:
+            raise ConfigurationError(f"k must be at least 1, got {k}")
+        if vector is not None and vector.shape[-1] != self.store.dim:
+            raise ConfigurationError(
+                f"query vector has dimension {vector.shape[-1]}, the store {self.store.dim}"
+            )
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        item = _Query(
+            text,
+            vector,
+            k,
+            env_family,
+            self.config.diversify if diversify is None else diversify,
+            record,
+            future,
+            time.monotonic(),
+        )
+        self._queue.put(item)
+        return future
+
+    def _batch_loop(self) -> None:
+        cfg = self.config
+        while True:
+            try:
+                first = self._queue.get(timeout=cfg.stats_flush_interval_s)
+            except queue.Empty:
+                self.flush_usage()
+                continue
+            if first is _STOP:
+                return
+            batch = [first]
+            stop = False
+            deadline = first.enqueued + cfg.query_batch_timeout_s
+            while len(batch) < cfg.query_batch_size:
+                remaining = deadline - time.monotonic()
+                try:
+                    item = (
+                        self._queue.get(timeout=remaining)
+                        if remaining > 0
+                        else self._queue.get_nowait()
+                    )
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batch.append(item)
+            self.batch_stats["batches"] += 1
+            self.batch_stats["queries"] += len(batch)
+            self.batch_stats["full_batches"] += len(batch) >= cfg.query_batch_size
+            self._pool.submit(self._run_batch, batch)
+            self.flush_usage()
+            if stop:
+                return
+
+    def _run_batch(self, batch: list[_Query]) -> None:
+        try:
+            texts = [q.text for q in batch if q.vector is None]
+            embedded = self.cache.encode(self.store.embedder, texts) if texts else None
+            vectors = np.zeros((len(batch), self.store.dim), dtype=np.float32)
+            j = 0
+            for i, q in enumerate(batch):
+                if q.vector is None:
+                    vectors[i] = embedded[j]  # type: ignore[index]
+                    j += 1
+                else:
+                    vectors[i] = q.vector
+            groups: dict[str | None, list[int]] = {}
+            for i, q in enumerate(batch):
+                groups.setdefault(q.env_family, []).append(i)
+            results: list[list[Retrieved]] = [[] for _ in batch]
+            with self._lock.read():
+                for family, members in groups.items():
+                    keys = self.store.family_keys(family)
+                    if not keys:
+                        continue
+                    width = max(
+                        q.k * (self.config.candidate_multiplier if q.diversify else 1)
+                        for q in (batch[m] for m in members)
+                    )
+                    ids, sims = self.store.search(vectors[members], width, keys)
+                    candidates = {int(x) for x in ids.ravel() if x >= 0}
+                    usage = (
+                        self.store.usage(list(candidates))
+                        if any(batch[m].diversify for m in members)
+                        else {}
+                    )
+                    chosen: list[list[tuple[int, float]]] = []
+                    for row, m in enumerate(members):
+                        q = batch[m]
+                        pairs = [(int(a), float(b)) for a, b in zip(ids[row], sims[row]) if a >= 0]
+                        if q.diversify:
+                            pairs = self._diversify(
+                                pairs[: q.k * self.config.candidate_multiplier], usage
+                            )
+                        chosen.append(pairs[: q.k])
+                    wanted = sorted({eid for pairs in chosen for eid, _ in pairs})
+                    found = {e.id: e for e in self.store.get(wanted)}
+                    for row, m in enumerate(members):
+                        results[m] = [
+                            Retrieved(found[eid], sim) for eid, sim in chosen[row] if eid in found
+                        ]
+            now = time.time()
+            for q, hits in zip(batch, results):
+                if q.record and hits:
+                    self._record_retrievals([h.id for h in hits], now)
+                q.future.set_result(hits)
+        except BaseException as exc:  # hand every waiting caller the error, never hang them
+            logger.exception("experience query batch failed")
+            for q in batch:
+                if not q.future.done():
+                    q.future.set_exception(exc)
+
+    def _diversify(
+        self, pairs: list[tuple[int, float]], usage: dict[int, tuple[int, float]]
+    ) -> list[tuple[int, float]]:
+        """Re-rank ``(id, similarity)`` candidates by the reference's usage-penalised score."""
+        cfg = self.config
+        now = time.time()
+        with self._usage_lock:
+            pending = {eid: tuple(self._usage[eid]) for eid, _ in pairs if eid in self._usage}
+        scored = []
+        recent: dict[int, bool] = {}
+        for rank, (eid, sim) in enumerate(pairs):
+            count, last = usage.get(eid, (0, 0.0))
+            if eid in pending:
+                count += int(pending[eid][0])
+                last = max(last, pending[eid][1])
+            recent[eid] = last > 0 and now - last < cfg.diversity_recent_s
+            score = (
+                -rank
+                - cfg.diversity_lambda * math.log1p(count)
+                - (cfg.diversity_recent_penalty if recent[eid] else 0.0)
+            )
+            scored.append((score, rank, eid, sim))
+        scored.sort(key=lambda s: (-s[0], s[1]))
+        ranked = [(eid, sim) for _, _, eid, sim in scored]
+        if ranked and cfg.diversity_dropout_p > 0 and recent[ranked[0][0]]:
+            with self._rng_lock:
+                drop = self._rng.random() < cfg.diversity_dropout_p
+            if drop:
+                ranked = ranked[1:] + ranked[:1]
+        return ranked
+
+    def _record_retrievals(self, ids: Sequence[int], now: float) -> None:
+        with self._usage_lock:
+            for eid in ids:
+                slot = self._usage.setdefault(eid, [0, 0.0])
+                slot[0] += 1
+                slot[1] = now
+
+    def flush_usage(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._last_flush < self.config.stats_flush_interval_s:
+            return
+        self._last_flush = time.monotonic()
+        with self._usage_lock:
+            pending, self._usage = self._usage, {}
+        if not pending:
+            return
+        try:
+            with self._lock.write():
+                self.store.flush_usage({eid: (int(c), float(t)) for eid, (c, t) in pending.items()})
+        except Exception:
+            logger.exception("could not write retrieval counters; keeping them for the next flush")
+            with self._usage_lock:
+                for eid, (c, t) in pending.items():
+                    slot = self._usage.setdefault(eid, [0, 0.0])
+                    slot[0] += c
+                    slot[1] = max(slot[1], t)
+
+    def close(self) -> None:
+        """Finish queued queries, stop the workers and write the buffered counters."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        self._batcher.join(timeout=30)
+        self._pool.shutdown(wait=True)
+        self.flush_usage(force=True)

@@ -1,0 +1,88 @@
+"""ExperienceInjection: the top-k experiences for the task, shown above the first observation.
+
+``info`` gains ``experience_ids`` (the injected ids) and ``experiences``
+(``[{"id": ..., "text": ...}]``, so an agent may put them in its system prompt instead).
+
+Example:
+    >>> import tempfile, gymnasium as gym, comprl_gym
+    >>> from comprl_gym.experience import ExperienceManager
+    >>> from comprl_gym.wrappers import ExperienceInjection
+    >>> manager = ExperienceManager(tempfile.mkdtemp())
+    >>> [eid] = manager.add(["## Title: Stairs\\n## Description: rooms\\n## Content: walk to the '>'"], env_family="minihack")
+    >>> env = ExperienceInjection(gym.make("comprl/MiniHack-Room-5x5-v0"), manager, top_k=2)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.startswith("Lessons from past experience"), info["experience_ids"] == [eid]
+    (True, True)
+    >>> info["experiences"][0]["text"].splitlines()[0]
+    '## Title: Stairs'
+    >>> env.close(); manager.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from comprl_gym.core import ConfigurationError
+from comprl_gym.experience import prompts
+from comprl_gym.experience.manager import ExperienceManager
+
+
+def default_query(observation: str, info: dict[str, Any]) -> str:
+    """The injection query: the task and the start of the first observation."""
+    return f"{info.get('task', '')}\n{observation[:1000]}".strip()
+
+
+class ExperienceInjection(gym.Wrapper):
+    """Retrieve experiences at reset and prepend them to the first observation.
+
+    Args:
+        env: any comprl env.
+        manager: where the experiences come from.
+        top_k: experiences injected (0 = none; the info keys are still set).
+        same_family_only: retrieve only the env's family (and family-less experiences).
+        query_fn: ``query_fn(observation, info) -> str`` (default :func:`default_query`).
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        manager: ExperienceManager,
+        top_k: int = 3,
+        same_family_only: bool = True,
+        query_fn: Callable[[str, dict[str, Any]], str] | None = None,
+    ):
+        super().__init__(env)
+        if top_k < 0:
+            raise ConfigurationError(f"top_k must be >= 0, got {top_k}")
+        self.manager = manager
+        self.top_k = top_k
+        self.same_family_only = same_family_only
+        self.query_fn = query_fn or default_query
+        self.injected: list[dict[str, Any]] = []
+
+    def _augment(self, info: dict[str, Any]) -> dict[str, Any]:
+        info = dict(info)
+        info["experience_ids"] = [e["id"] for e in self.injected]
+        info["experiences"] = [dict(e) for e in self.injected]
+        return info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        observation, info = self.env.reset(seed=seed, options=options)
+        self.injected = []
+        if self.top_k > 0:
+            family = info.get("env_family") if self.same_family_only else None
+            hits = self.manager.retrieve(self.query_fn(observation, info), self.top_k, family)
+            if hits:
+                self.injected = [{"id": h.id, "text": h.experience.text} for h in hits]
+                block = prompts.format_injection([h.experience for h in hits])
+                observation = f"{block}\n\n{observation}"
+        return observation, self._augment(info)
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation, reward, terminated, truncated, self._augment(info)
