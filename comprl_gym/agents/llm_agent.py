@@ -229,6 +229,23 @@ class LLMAgentConfig:
         )
 
 
+def experience_texts(experiences: Any) -> list[str]:
+    """The lesson texts of ``info["experiences"]``: a list of strings or of dicts with ``text``.
+
+    Example:
+        >>> experience_texts([{"id": 3, "text": "Go east."}, "Avoid lava."])
+        ['Go east.', 'Avoid lava.']
+        >>> experience_texts(None)
+        []
+    """
+    texts = []
+    for item in experiences or []:
+        text = item.get("text", "") if isinstance(item, dict) else str(item)
+        if text.strip():
+            texts.append(text.strip())
+    return texts
+
+
 @dataclass
 class EpisodeState:
     """What the agent remembers of one episode."""
@@ -238,6 +255,7 @@ class EpisodeState:
     history: list[tuple[str, str]] = field(default_factory=list)
     last_format_error: bool = False
     experience_tool: bool = False
+    experiences: list[str] = field(default_factory=list)
     steps: int = 0
 
 
@@ -297,7 +315,10 @@ class LLMAgent:
     def start_episode(self, task: str, info: dict[str, Any]) -> EpisodeState:
         family = self.family or str(info.get("env_family", "generic"))
         return EpisodeState(
-            task=task, family=family, experience_tool="search_and_ask_calls" in info
+            task=task,
+            family=family,
+            experience_tool="search_and_ask_calls" in info,
+            experiences=experience_texts(info.get("experiences")),
         )
 
     def messages_for(
@@ -312,6 +333,7 @@ class LLMAgent:
             config=self.config.prompt,
             format_error=state.last_format_error,
             experience_tool=state.experience_tool,
+            experiences=state.experiences,
         )
 
     def act_batch(

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: A placeholder inside an action, as in ``search[<query>]``.
@@ -61,6 +62,8 @@ EXPERIENCE_TOOL = (
     "advice from lessons learned in earlier episodes (it does not use a game step; the number "
     "of questions per episode is limited)."
 )
+
+EXPERIENCE_HEADER = "Lessons learned in earlier episodes (use the ones that apply to this task):"
 
 
 @dataclass
@@ -127,9 +130,29 @@ def answer_instruction(
     return f"Reply with {how}. Do not explain."
 
 
-def system_prompt(family: str, config: PromptConfig, experience_tool: bool = False) -> str:
-    """The system message of a family."""
+def experience_block(experiences: Sequence[str]) -> str:
+    """The lessons from past episodes, as the system prompt carries them for a whole episode.
+
+    Example:
+        >>> print(experience_block(["Move toward the stairs."]))
+        Lessons learned in earlier episodes (use the ones that apply to this task):
+        1. Move toward the stairs.
+    """
+    lines = [EXPERIENCE_HEADER]
+    lines.extend(f"{i}. {' '.join(text.split())}" for i, text in enumerate(experiences, start=1))
+    return "\n".join(lines)
+
+
+def system_prompt(
+    family: str,
+    config: PromptConfig,
+    experience_tool: bool = False,
+    experiences: Sequence[str] = (),
+) -> str:
+    """The system message of a family, with the episode's experiences when it has any."""
     parts = [FAMILY_GRAMMARS.get(family, GENERIC_GRAMMAR)]
+    if experiences:
+        parts.append(experience_block(experiences))
     if experience_tool:
         parts.append(EXPERIENCE_TOOL)
     return "\n\n".join(parts)
@@ -144,12 +167,15 @@ def build_messages(
     config: PromptConfig,
     format_error: bool = False,
     experience_tool: bool = False,
+    experiences: Sequence[str] = (),
 ) -> list[dict[str, str]]:
     """The conversation for one step.
 
     Args:
         history: past ``(observation, action)`` pairs, oldest first (the window is applied here).
         format_error: the previous reply had no readable action; say so first.
+        experiences: lessons for this episode; they sit in the system message at every step, as
+            the reference implementation appends retrieved memories to the system prompt.
     """
     listed = listed_actions(admissible, config)
     lines = [f"Task: {task.strip()}" if task else "Task: (see the observation)"]
@@ -174,7 +200,7 @@ def build_messages(
             lines.append(f"(and {len(admissible) - len(listed)} more)")
     lines.append("\n" + answer_instruction(bool(listed), config, has_templates(listed)))
     return [
-        {"role": "system", "content": system_prompt(family, config, experience_tool)},
+        {"role": "system", "content": system_prompt(family, config, experience_tool, experiences)},
         {"role": "user", "content": "\n".join(lines)},
     ]
 
