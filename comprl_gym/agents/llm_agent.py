@@ -228,6 +228,23 @@ class LLMAgentConfig:
         )
 
 
+def experience_texts(experiences: Any) -> list[str]:
+    """The lesson texts of ``info["experiences"]``: a list of strings or of dicts with ``text``.
+
+    Example:
+        >>> experience_texts([{"id": 3, "text": "Go east."}, "Avoid lava."])
+        ['Go east.', 'Avoid lava.']
+        >>> experience_texts(None)
+        []
+    """
+    texts = []
+    for item in experiences or []:
+        text = item.get("text", "") if isinstance(item, dict) else str(item)
+        if text.strip():
+            texts.append(text.strip())
+    return texts
+
+
 @dataclass
 class EpisodeState:
     """What the agent remembers of one episode."""
@@ -236,6 +253,7 @@ class EpisodeState:
     family: str
     history: list[tuple[str, str]] = field(default_factory=list)
     last_format_error: bool = False
+    experiences: list[str] = field(default_factory=list)
     steps: int = 0
 
 
@@ -294,7 +312,9 @@ class LLMAgent:
     # ---- batched -------------------------------------------------------------------------
     def start_episode(self, task: str, info: dict[str, Any]) -> EpisodeState:
         family = self.family or str(info.get("env_family", "generic"))
-        return EpisodeState(task=task, family=family)
+        return EpisodeState(
+            task=task, family=family, experiences=experience_texts(info.get("experiences"))
+        )
 
     def messages_for(
         self, state: EpisodeState, observation: str, info: dict[str, Any]
@@ -307,6 +327,7 @@ class LLMAgent:
             admissible=info.get("admissible_actions"),
             config=self.config.prompt,
             format_error=state.last_format_error,
+            experiences=state.experiences,
         )
 
     def act_batch(

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from comprl_gym.families import family_spec
@@ -30,6 +31,8 @@ TEMPLATE_PATTERN = re.compile(r"<[^<>]+>")
 
 #: The action grammar of a family whose spec gives none.
 GENERIC_GRAMMAR = "You act in a text environment. An action is a short command."
+
+EXPERIENCE_HEADER = "Lessons learned in earlier episodes (use the ones that apply to this task):"
 
 
 @dataclass
@@ -96,11 +99,25 @@ def answer_instruction(
     return f"Reply with {how}. Do not explain."
 
 
-def system_prompt(family: str, config: PromptConfig) -> str:
-    """The system message of a family (the search_and_ask tool is explained once, by the
-    experience wrapper's first observation)."""
+def experience_block(experiences: Sequence[str]) -> str:
+    """The lessons from past episodes, as the system prompt carries them for a whole episode.
+
+    Example:
+        >>> print(experience_block(["Move toward the stairs."]))
+        Lessons learned in earlier episodes (use the ones that apply to this task):
+        1. Move toward the stairs.
+    """
+    lines = [EXPERIENCE_HEADER]
+    lines.extend(f"{i}. {' '.join(text.split())}" for i, text in enumerate(experiences, start=1))
+    return "\n".join(lines)
+
+
+def system_prompt(family: str, config: PromptConfig, experiences: Sequence[str] = ()) -> str:
+    """The system message of a family, with the episode's experiences when it has any (the
+    search_and_ask tool is explained once, by the experience wrapper's first observation)."""
     spec = family_spec(family)
-    return spec.action_grammar if spec and spec.action_grammar else GENERIC_GRAMMAR
+    grammar = spec.action_grammar if spec and spec.action_grammar else GENERIC_GRAMMAR
+    return "\n\n".join([grammar, experience_block(experiences)] if experiences else [grammar])
 
 
 def build_messages(
@@ -111,12 +128,15 @@ def build_messages(
     admissible: list[str] | None,
     config: PromptConfig,
     format_error: bool = False,
+    experiences: Sequence[str] = (),
 ) -> list[dict[str, str]]:
     """The conversation for one step.
 
     Args:
         history: past ``(observation, action)`` pairs, oldest first (the window is applied here).
         format_error: the previous reply had no readable action; say so first.
+        experiences: lessons for this episode; they sit in the system message at every step, as
+            the reference implementation appends retrieved memories to the system prompt.
     """
     listed = listed_actions(admissible, config)
     lines = [f"Task: {task.strip()}" if task else "Task: (see the observation)"]
@@ -141,7 +161,7 @@ def build_messages(
             lines.append(f"(and {len(admissible) - len(listed)} more)")
     lines.append("\n" + answer_instruction(bool(listed), config, has_templates(listed)))
     return [
-        {"role": "system", "content": system_prompt(family, config)},
+        {"role": "system", "content": system_prompt(family, config, experiences)},
         {"role": "user", "content": "\n".join(lines)},
     ]
 
