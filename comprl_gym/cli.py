@@ -14,6 +14,7 @@ import sys
 import gymnasium as gym
 
 import comprl_gym
+from comprl_gym.core import printable_text
 from comprl_gym.registration import ENV_TABLE, markdown_table
 from comprl_gym.utils import parse_key_values
 
@@ -36,7 +37,8 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 def _cmd_play(args: argparse.Namespace) -> int:
     env = gym.make(args.env_id, **parse_key_values(args.env_arg))
     observation, info = env.reset(seed=args.seed)
-    print(f"Task: {info['task']}\n")
+    # The observations are printable already (TextEnv); the task comes from data.
+    print(f"Task: {printable_text(info['task'])}\n")
     print(observation)
     while True:
         try:

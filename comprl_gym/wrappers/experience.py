@@ -37,7 +37,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from comprl_gym.core import ConfigurationError, invalid_action_message
+from comprl_gym.core import ConfigurationError, invalid_action_message, printable_text
 from comprl_gym.experience import prompts
 from comprl_gym.experience.manager import ExperienceManager
 
@@ -182,7 +182,7 @@ class ExperienceAugmentedEnv(gym.Wrapper):
         self._last_observation = observation
         self._last_info = info
         shown = "\n\n".join([*parts, observation]) if parts else observation
-        return shown, self._augment(info)
+        return printable_text(shown), self._augment(info)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         question = self.parse_search(action)
@@ -219,7 +219,7 @@ class ExperienceAugmentedEnv(gym.Wrapper):
             truncated = self._over_limit(info)
             if truncated:
                 self._finish(info)
-            return observation, 0.0, False, truncated, self._augment(info)
+            return printable_text(observation), 0.0, False, truncated, self._augment(info)
         self._calls += 1
         context = {
             "task": info.get("task", ""),
@@ -238,7 +238,8 @@ class ExperienceAugmentedEnv(gym.Wrapper):
         info["invalid_action"] = False
         info = self._augment(info)
         info["search_and_ask"] = {"question": question, "ids": ids, "answer": answer}
-        return observation, 0.0, False, False, info
+        # Model-written text reaches the agent here without passing TextEnv.step.
+        return printable_text(observation), 0.0, False, False, info
 
     def close(self) -> None:
         """Close the inner env (the manager is shared and stays open)."""
