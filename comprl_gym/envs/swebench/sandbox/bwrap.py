@@ -1,11 +1,21 @@
 """A bubblewrap sandbox per episode: the debootstrap root read-only, the repository writable.
 
-Each command is a fresh ``bwrap --unshare-all`` (no network, own PID namespace, uid 1000 in a
-user namespace) over the same root file system the Docker base image is made from. The
-episode's writable folders (``/testbed``, ``/tmp``, home) live in one episode folder that is a
-size-limited tmpfs when we run as root. Memory, process and CPU limits come from a cgroup
-(v1 or v2) when the cgroup tree is writable, otherwise from rlimits (prlimit); ``timeout``
-bounds every command, and when a command ends its PID namespace dies with everything in it.
+Each command is a fresh ``bwrap`` (no network, own PID, IPC and UTS namespaces) over the same
+root file system the Docker base image is made from, run as the unprivileged user 1000.
+
+Who owns what matches Docker when we run as root: no user namespace, ``setpriv`` becomes uid
+and gid 1000 with no capabilities (and ``no_new_privs``), so root's files are root's inside
+and root-only ones (the image's ``/etc/shadow``) stay unreadable. Run by an unprivileged user,
+bwrap can only map that user (as uid 1000) in a user namespace: root's files then appear as
+``nobody``'s, with their modes, so root-only files are unreadable there too.
+
+The episode's writable folders (``/testbed``, ``/tmp``, home, owned by the sandbox user) live
+in one episode folder that is a size-limited tmpfs when we run as root. Memory, process and
+CPU limits come from a cgroup (v1 or v2) when the cgroup tree is writable, and the cgroup's
+OOM-kill count tells when the memory limit killed a command; otherwise limits come from
+rlimits (an allocation past ``RLIMIT_AS`` fails inside the program, which says so itself).
+``timeout`` bounds every command, and when a command ends its PID namespace dies with
+everything in it.
 
 Example:
     >>> from comprl_gym.envs.swebench.sandbox.bwrap import bwrap_available
