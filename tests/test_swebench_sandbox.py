@@ -390,6 +390,9 @@ def test_observations_say_how_a_command_ended(kind):
         assert "killed by signal 9 (SIGKILL)" in obs and "output is lost" in obs
         assert "timed out" not in obs and took < TRUTH_TIMEOUT
         assert "alive" in _run(env, "echo alive")[0]
+        if kind == "docker":
+            # The dead wrapper's output file was removed: only this command's own is there.
+            assert "<output>\n1\n" in _run(env, "ls /run/comprl | wc -l")[0]
         # Exit statuses that only look like a timeout, then a real one.
         obs, info, _ = _run(env, "exit 124")
         assert info["returncode"] == 124 and not info["timed_out"] and "<warning>" not in obs

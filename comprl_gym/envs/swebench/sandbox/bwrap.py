@@ -272,7 +272,7 @@ class BubblewrapSandbox(Sandbox):
                 "CAP_SETPCAP",
             ]
             become_user = [
-                "setpriv",
+                "/usr/bin/setpriv",
                 f"--reuid={uid}",
                 f"--regid={uid}",
                 "--clear-groups",

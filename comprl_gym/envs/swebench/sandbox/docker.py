@@ -285,6 +285,9 @@ class DockerSandbox(Sandbox):
             # Whatever it started in the background goes too.
             self._kill_user_processes()
             self.check_alive()
+        if result.output_lost:
+            # The wrapper died before removing its output file from the small /run tmpfs.
+            self._exec(["bash", "-c", "rm -f /run/comprl/out.* /tmp/.comprl-out.*"], self.user)
         return result
 
     # ---- the container's cgroups, seen from the host ----------------------------------------
