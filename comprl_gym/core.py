@@ -238,11 +238,8 @@ def normalize_action_text(action: str) -> str:
 
 #: Control characters (except tab and newline), DEL, C1 controls and lone surrogates.
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def _visible(match: re.Match[str]) -> str:
-    char = match.group()
-    return "\ufffd" if "\ud800" <= char <= "\udfff" else f"\\x{ord(char):02x}"
+_VISIBLE = {c: f"\\x{c:02x}" for c in [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
+_VISIBLE.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
 
 
 def printable_text(text: str | bytes) -> str:
@@ -261,7 +258,9 @@ def printable_text(text: str | bytes) -> str:
     """
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8", errors="replace")
-    return _UNPRINTABLE.sub(_visible, text.replace("\r\n", "\n"))
+    if not _UNPRINTABLE.search(text):
+        return text
+    return text.replace("\r\n", "\n").translate(_VISIBLE)
 
 
 def invalid_action_message(action: str, reason: str, allowed: list[str] | None) -> str:
