@@ -98,15 +98,28 @@ class ExperienceSettings(ExperienceConfig):
     min_uses: int = 1
     #: Drop an extractor generation from training after it was trained on this many times.
     max_train_count: int = 3
-    #: Run extraction, extractor training and merging in a background thread (the actor never
-    #: waits). False runs them in line at the end of each iteration: exactly repeatable.
+    #: Run extraction, extractor training and merging in a background thread, overlapping the
+    #: actor's update. False runs them in line after the rollouts: exactly repeatable.
     async_extraction: bool = True
+    #: Staleness bound: before each rollout the actor waits until at most this many iterations'
+    #: extraction jobs are still pending. 0 is the reference's flush barrier (every rollout sees
+    #: every experience distilled from the iterations before it; reference:
+    #: ``flush_pending_updates_async`` in ``multi_agentic_pipeline.py::run``).
+    max_pending_iterations: int = 0
+    #: Warm-up iterations (reference ``memory_warmup_interval``, 5 in its config): rollouts
+    #: retrieve nothing and neither model is trained, but the experience-half trajectories are
+    #: distilled, so the store holds lessons when retrieval and training start.
+    warmup_iterations: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.inject_top_k < 0 or self.search_and_ask_budget < 0:
             raise ConfigurationError(
                 "experience.inject_top_k and experience.search_and_ask_budget must be >= 0"
+            )
+        if self.max_pending_iterations < 0 or self.warmup_iterations < 0:
+            raise ConfigurationError(
+                "experience.max_pending_iterations and experience.warmup_iterations must be >= 0"
             )
 
 
