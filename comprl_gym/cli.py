@@ -1,8 +1,8 @@
 """The ``comprl-gym`` command.
 
 ``envs`` lists the ids, ``play ID`` lets a person play in the terminal, ``run`` plays ids with
-a scripted agent and prints a table. ``eval``, ``leaderboard`` and ``train`` come from
-:mod:`comprl_gym.evaluation.cli` and :mod:`comprl_gym.trainers.cli`.
+a scripted agent and prints a table. ``eval``, ``leaderboard``, ``train`` and ``serve`` come from
+:mod:`comprl_gym.evaluation.cli`, :mod:`comprl_gym.trainers.cli` and :mod:`comprl_gym.serving.cli`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from comprl_gym.rollouts import RolloutConfig, RolloutWorker
 from comprl_gym.utils import parse_key_values
 
 #: Modules that add sub-commands: each has ``add_commands(subparsers)``.
-COMMAND_MODULES = ("comprl_gym.evaluation.cli", "comprl_gym.trainers.cli")
+COMMAND_MODULES = ("comprl_gym.evaluation.cli", "comprl_gym.trainers.cli", "comprl_gym.serving.cli")
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:

@@ -25,6 +25,10 @@ from comprl_gym.families import EnvEntry, FamilySpec, add_family_module, family_
 #: :func:`add_family`, so a reference taken earlier stays current.
 ENV_TABLE: dict[str, EnvEntry] = {}
 
+#: The gymnasium client of a served env (``comprl-gym serve``). Not a family id: it plays
+#: whichever id the server serves, so it is registered beside :data:`ENV_TABLE`, not in it.
+REMOTE_ENV_ID = "comprl/Remote-v0"
+
 
 def _collect() -> None:
     for spec in family_specs().values():
@@ -49,6 +53,8 @@ def register_envs() -> None:
             kwargs=dict(entry.kwargs),
             disable_env_checker=False,
         )
+    if REMOTE_ENV_ID not in gym.registry:
+        gym.register(id=REMOTE_ENV_ID, entry_point="comprl_gym.serving.client:RemoteEnv")
 
 
 def add_family(module_name: str) -> FamilySpec:

@@ -1,0 +1,250 @@
+"""comprl envs served with openenv-core's server, played by RemoteEnv and by OpenEnv's clients.
+
+Every server here binds 127.0.0.1 with a free port, in a thread of the test process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import httpx
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+pytest.importorskip("openenv", reason="needs openenv-core (pip install comprl-gym[serve])")
+
+import comprl_gym  # noqa: E402,F401  (registers the ids)
+from comprl_gym.serving.client import RemoteEnv, RemoteEnvError  # noqa: E402
+from comprl_gym.serving.models import MAX_REQUEST_ACTION_CHARS  # noqa: E402
+from comprl_gym.serving.server import make_app, serve_in_background  # noqa: E402
+
+MINIHACK = "comprl/MiniHack-Room-Random-5x5-v0"
+WEBSHOP = "comprl/WebShop-v0"
+ENV_KWARGS = {MINIHACK: {"max_steps": 12}, WEBSHOP: {"split": "test", "max_steps": 8}}
+
+
+@pytest.fixture(scope="module")
+def server():
+    app = make_app([MINIHACK, WEBSHOP], max_sessions=6, idle_timeout_s=3, env_kwargs=ENV_KWARGS)
+    with serve_in_background(app) as running:
+        yield running
+
+
+def _health(url: str) -> dict:
+    return httpx.get(f"{url}/health", timeout=10).json()
+
+
+def _wait_for_sessions(url: str, count: int, within_s: float) -> float:
+    start = time.monotonic()
+    while _health(url)["active_sessions"] != count:
+        assert time.monotonic() - start < within_s, _health(url)
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+def _play(env: gym.Env, seed: int, turns: int) -> list:
+    """Reset and play the i-th admissible action (cycling), recording everything seen."""
+    observation, info = env.reset(seed=seed)
+    record = [(observation, json.loads(json.dumps(info)))]
+    for turn in range(turns):
+        allowed = info["admissible_actions"] or ["search[blue shoes]"]
+        action = allowed[(turn * 7 + 3) % len(allowed)]
+        observation, reward, terminated, truncated, info = env.step(action)
+        record.append(
+            (action, observation, reward, terminated, truncated, json.loads(json.dumps(info)))
+        )
+        if terminated or truncated:
+            break
+    return record
+
+
+@pytest.mark.parametrize("env_id", [MINIHACK, WEBSHOP])
+def test_served_and_in_process_episodes_are_identical(server, env_id):
+    local = gym.make(env_id, **ENV_KWARGS[env_id])
+    remote = gym.make("comprl/Remote-v0", url=server.url, env_id=env_id)
+    for seed in (0, 5):
+        assert _play(remote, seed, 15) == _play(local, seed, 15)
+    local.close()
+    remote.close()
+
+
+def test_remote_env_passes_gymnasiums_check_env(server):
+    env = RemoteEnv(server.url, env_id=WEBSHOP)
+    check_env(env, skip_render_check=True)
+    env.close()
+
+
+def test_remote_envs_run_in_async_vector_env(server):
+    envs = gym.vector.AsyncVectorEnv(
+        [lambda: gym.make("comprl/Remote-v0", url=server.url, env_id=MINIHACK) for _ in range(2)]
+    )
+    observations, infos = envs.reset(seed=[1, 2])
+    assert all("staircase" in text for text in observations)
+    observations, rewards, *_ = envs.step(["north", "south"])
+    assert len(observations) == 2 and rewards.shape == (2,)
+    envs.close()
+    _wait_for_sessions(server.url, 0, within_s=10)
+
+
+def test_openenv_generic_client_drives_the_server(server):
+    from openenv.core.generic_client import GenericEnvClient
+
+    with GenericEnvClient(base_url=server.url).sync() as client:
+        first = client.reset(env_id=MINIHACK, seed=3)
+        assert first.observation["info"]["env_family"] == "minihack" and not first.done
+        result = client.step({"text": "north"})
+        assert result.observation["info"]["step"] == 1 and isinstance(result.reward, float)
+        assert client.state()["env_id"] == MINIHACK
+
+
+def test_bad_requests_get_clear_errors_and_the_session_keeps_serving(server):
+    from openenv.core.generic_client import GenericEnvClient
+
+    with GenericEnvClient(base_url=server.url).sync() as client:
+        with pytest.raises(RuntimeError, match="reset before step"):
+            client.step({"text": "north"})
+        with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+            client.reset(env_id="comprl/NoSuch-v0")
+        with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+            client.reset(env_id=MINIHACK, colour="red")  # not a reset option
+        client.reset(env_id=MINIHACK, seed=0)
+        with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+            client.step({"text": 5})
+        with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+            client.step({"text": "n" * (MAX_REQUEST_ACTION_CHARS + 1)})
+        with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+            client.step({"action": "north"})
+        done = False
+        while not done:
+            done = client.step({"text": "wait"}).done
+        with pytest.raises(RuntimeError, match="episode is over"):
+            client.step({"text": "north"})
+        assert not client.reset(env_id=MINIHACK, seed=1).done  # same session, still serving
+        assert client.step({"text": "north"}).observation["info"]["step"] == 1
+    # RemoteEnv names the server's reason.
+    env = RemoteEnv(server.url, env_id="comprl/NoSuch-v0")
+    with pytest.raises(RemoteEnvError, match="unknown env id comprl/NoSuch-v0") as caught:
+        env.reset()
+    assert caught.value.code == "VALIDATION_ERROR"
+    env.close()
+    assert _health(server.url)["status"] == "healthy"
+
+
+def test_an_action_longer_than_the_env_allows_is_answered_as_in_process(server):
+    env = RemoteEnv(server.url, env_id=MINIHACK)
+    env.reset(seed=0)
+    observation, reward, *_, info = env.step("n" * 9000)
+    assert info["invalid_action"] and reward == 0.0 and "longer than" in observation
+    env.close()
+
+
+def test_the_session_bound_refuses_extra_clients(server):
+    _wait_for_sessions(server.url, 0, within_s=10)
+    envs = [RemoteEnv(server.url, env_id=WEBSHOP) for _ in range(6)]
+    for env in envs:
+        env.reset(seed=0)
+    assert _health(server.url)["active_sessions"] == 6
+    extra = RemoteEnv(server.url, env_id=WEBSHOP)
+    with pytest.raises(RemoteEnvError) as caught:
+        extra.reset(seed=0)
+    assert caught.value.code == "CAPACITY_REACHED"
+    for env in envs:
+        env.close()
+    _wait_for_sessions(server.url, 0, within_s=10)
+    extra = RemoteEnv(server.url, env_id=WEBSHOP)
+    extra.reset(seed=0)  # capacity is back
+    extra.close()
+
+
+def test_sessions_are_freed_when_clients_vanish_or_go_quiet(server):
+    _wait_for_sessions(server.url, 0, within_s=10)
+    # A client process killed mid-episode: its connection drops and the session goes.
+    script = (
+        "import sys, time; from comprl_gym.serving.client import RemoteEnv\n"
+        f"env = RemoteEnv({server.url!r}, env_id={MINIHACK!r}); env.reset(seed=0)\n"
+        "env.step('north'); print('ready', flush=True); time.sleep(600)\n"
+    )
+    client = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "ready"
+        assert _health(server.url)["active_sessions"] == 1
+    finally:
+        client.kill()
+        client.wait()
+    _wait_for_sessions(server.url, 0, within_s=3)
+
+    # A client that stays connected but sends nothing: reaped by the idle timeout (3 s here,
+    # checked by OpenEnv's reaper every 5 s at least).
+    async def connect_and_idle():
+        from websockets.asyncio.client import connect
+
+        ws_url = server.url.replace("http://", "ws://") + "/ws"
+        async with connect(ws_url) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {"env_id": WEBSHOP}}))
+            await ws.recv()
+            idle_s = await asyncio.to_thread(_wait_for_sessions, server.url, 0, 12)
+            await ws.send(json.dumps({"type": "step", "data": {"text": "search[x]"}}))
+            reply = json.loads(await ws.recv())
+            return idle_s, reply
+
+    idle_s, reply = asyncio.run(connect_and_idle())
+    assert 2.5 < idle_s <= 3 + 5 + 1
+    assert reply["type"] == "error" and "session was closed" in reply["data"]["message"]
+
+
+def test_a_bearer_token_guards_every_route_but_health():
+    app = make_app([WEBSHOP], max_sessions=2, token="s3cret", env_kwargs=ENV_KWARGS)
+    with serve_in_background(app) as running:
+        assert httpx.get(f"{running.url}/health").status_code == 200
+        refused = httpx.get(f"{running.url}/schema")
+        assert refused.status_code == 401 and refused.json()["data"]["code"] == "UNAUTHORIZED"
+        assert httpx.get(
+            f"{running.url}/schema", headers={"Authorization": "Bearer s3cret"}
+        ).is_success
+        with pytest.raises(ConnectionError, match="403"):
+            RemoteEnv(running.url, token="wrong").reset()
+        env = RemoteEnv(running.url, token="s3cret")
+        assert env.reset(seed=0)[1]["env_family"] == "webshop"
+        env.close()
+
+
+def test_unknown_ids_are_refused_when_the_server_is_made():
+    with pytest.raises(comprl_gym.ConfigurationError, match="not registered"):
+        make_app(["comprl/NoSuch-v0"])
+
+
+def test_serve_command_starts_a_server_that_answers_health(tmp_path):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "comprl_gym.cli", "serve", WEBSHOP, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.3)
+        assert health == {
+            "status": "healthy",
+            "active_sessions": 0,
+            "max_sessions": 16,
+            "env_ids": [WEBSHOP],
+        }
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
