@@ -1,0 +1,1 @@
+"""comprl envs in other libraries\x27 trainers (TRL)."""
