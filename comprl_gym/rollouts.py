@@ -233,6 +233,10 @@ class _Slot:
 
 
 def _env_id(env: gym.Env) -> str:
+    # A client of a served env (comprl/Remote-v0) names the id it plays in ``served_env_id``.
+    served = getattr(env.unwrapped, "served_env_id", None)
+    if served:
+        return served
     return env.spec.id if env.spec is not None else type(env.unwrapped).__name__
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -256,3 +257,36 @@ def test_rollouts_wait_for_pending_extractions_and_evaluation_writes_nothing(tmp
         assert _tallies(trainer) == before
     finally:
         trainer.close()
+
+
+@pytest.mark.slow
+def test_a_trainer_on_served_envs_learns_as_it_does_in_process(tmp_path):
+    """env_url: the same seeded GRPO run, with its envs on an env server, is the same run."""
+    pytest.importorskip("openenv", reason="needs openenv-core (pip install comprl-gym[serve])")
+    from comprl_gym.serving.server import make_app, serve_in_background
+
+    def run(name, **overrides):
+        trainer = make_trainer(_config(tmp_path / name, "grpo", eval_tasks=1, **overrides))
+        try:
+            summary = trainer.train()
+        finally:
+            trainer.close()
+        lines = (tmp_path / name / "grpo" / "metrics.jsonl").read_text().splitlines()
+        timings = ("_s", "time", "per_s", "tokens_per", "wait/")
+        records = [
+            {k: v for k, v in json.loads(x).items() if not any(t in k for t in timings)}
+            for x in lines
+        ]
+        return records, summary["evaluation"]
+
+    local = run("local")
+    served_kwargs = {env_id: {"max_steps": 2} for env_id in ENV_IDS}
+    app = make_app(ENV_IDS, max_sessions=64, env_kwargs=served_kwargs)
+    with serve_in_background(app) as server:
+        remote = run("remote", env_url=server.url)
+        closed = time.monotonic() + 10
+        while server.active_sessions and time.monotonic() < closed:
+            time.sleep(0.1)
+        assert server.active_sessions == 0
+    assert remote == local
+    assert any(r.get("actor/samples", 0) > 0 for r in local[0])

@@ -127,6 +127,8 @@ class RemoteEnv(gym.Env[str, str]):
     ):
         self.url = url
         self.env_id = env_id
+        #: The id the server plays for this env (``env_id``, or the server's default once reset).
+        self.served_env_id = env_id
         self.render_mode = render_mode
         self.observation_space = UnicodeText(MAX_OBSERVATION_CHARS)
         self.action_space = UnicodeText(MAX_ACTION_CHARS)
@@ -143,6 +145,7 @@ class RemoteEnv(gym.Env[str, str]):
         if self.env_id is not None:
             request["env_id"] = self.env_id
         observation = self._client.reset(**request).observation
+        self.served_env_id = observation.env_id
         self._last_observation = observation.text
         return observation.text, observation.info
 

@@ -41,6 +41,7 @@ class ComprlAction(Action):
 class ComprlObservation(Observation):
     """What a comprl env answers to ``reset`` or ``step``."""
 
+    env_id: str | None = Field(default=None, description="the id this session plays")
     text: str = Field(default="", description="the observation text")
     info: dict[str, Any] = Field(default_factory=dict, description="the env's info, JSON-safe")
     terminated: bool = Field(default=False, description="the episode ended in the task")

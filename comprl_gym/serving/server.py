@@ -122,7 +122,7 @@ class ComprlEnvironment(Environment[ComprlAction, ComprlObservation, ComprlState
             self._env = gym.make(env_id, **self.env_kwargs.get(env_id, {}))
         observation, info = self._env.reset(seed=request.seed, options=request.options)
         self._state = ComprlState(env_id=env_id, episode_id=request.episode_id, step_count=0)
-        return ComprlObservation(text=observation, info=jsonable(info), reward=None)
+        return ComprlObservation(env_id=env_id, text=observation, info=jsonable(info), reward=None)
 
     def step(
         self, action: ComprlAction, timeout_s: float | None = None, **kwargs: Any
@@ -136,6 +136,7 @@ class ComprlEnvironment(Environment[ComprlAction, ComprlObservation, ComprlState
         self._state.step_count += 1
         self._state.done = bool(terminated or truncated)
         return ComprlObservation(
+            env_id=self._state.env_id,
             text=observation,
             info=jsonable(info),
             reward=float(reward),
@@ -305,12 +306,18 @@ class BackgroundServer:
         config = uvicorn.Config(app, host=host, port=port, log_level="warning")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self.app = app
         self.host = host
         self.port = port
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def active_sessions(self) -> int:
+        """Sessions open now (what ``/health`` reports)."""
+        return self.app.state.env_server.active_sessions
 
     def start(self, timeout_s: float = 30.0) -> BackgroundServer:
         self._thread.start()

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass, replace
@@ -48,6 +49,7 @@ from comprl_gym.llm.base import LLMBackend
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.llm.vllm_backend import VLLMBackend
+from comprl_gym.registration import REMOTE_ENV_ID
 from comprl_gym.rollouts import RolloutConfig, Trajectory, collect_rollouts
 from comprl_gym.seeding import restore_rng_state, seed_everything
 from comprl_gym.trainers.advantages import grouped_advantages
@@ -231,9 +233,18 @@ class Trainer:
         if key not in self._envs:
             if env_id not in gym.registry:
                 raise ConfigurationError(f"unknown env id {env_id!r}; `comprl-gym envs` lists them")
-            kwargs = {"max_steps": self.config.max_episode_steps}
-            kwargs.update(self.config.env_kwargs.get(env_id, {}))
-            env = gym.make(env_id, disable_env_checker=True, **kwargs)
+            if self.config.env_url:
+                env = gym.make(
+                    REMOTE_ENV_ID,
+                    url=self.config.env_url,
+                    env_id=env_id,
+                    token=os.environ.get("COMPRL_GYM_SERVE_TOKEN"),
+                    disable_env_checker=True,
+                )
+            else:
+                kwargs = {"max_steps": self.config.max_episode_steps}
+                kwargs.update(self.config.env_kwargs.get(env_id, {}))
+                env = gym.make(env_id, disable_env_checker=True, **kwargs)
             if with_experience:
                 env = self._wrap_with_experience(env, report_outcomes=not evaluation)
                 if not evaluation:

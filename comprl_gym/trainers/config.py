@@ -137,6 +137,11 @@ class TrainConfig:
     env_weights: list[float] = field(default_factory=list)
     #: Extra ``gym.make`` keyword arguments per env id.
     env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: An env server (``comprl-gym serve``, ``http://HOST:PORT``) that plays ``env_ids``; in
+    #: process when empty. The server owns the envs' options (its ``--env-arg``, e.g.
+    #: ``max_steps``), so ``env_kwargs`` must be empty; a bearer token is read from
+    #: ``COMPRL_GYM_SERVE_TOKEN``. Experience wrappers still run here, around the remote env.
+    env_url: str = ""
     #: Training tasks are drawn from reset seeds ``[0, task_pool)``; evaluation uses the next
     #: ``eval_tasks`` seeds, never seen in training.
     task_pool: int = 64
@@ -227,6 +232,15 @@ class TrainConfig:
             )
         if not self.env_ids:
             raise ConfigurationError("env_ids must name at least one env id")
+        if self.env_url and not self.env_url.startswith(("http://", "https://", "ws://", "wss://")):
+            raise ConfigurationError(
+                f"env_url must be http(s):// or ws(s)://, got {self.env_url!r}"
+            )
+        if self.env_url and self.env_kwargs:
+            raise ConfigurationError(
+                "env_kwargs do not apply to a served env: start the server with "
+                "`comprl-gym serve ... --env-arg KEY=VALUE` instead"
+            )
         if self.env_weights and len(self.env_weights) != len(self.env_ids):
             raise ConfigurationError("env_weights must have one weight per env id")
         if self.iterations < 1 or self.groups_per_iteration < 1 or self.task_pool < 1:
