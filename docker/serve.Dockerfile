@@ -19,10 +19,17 @@ RUN tools=""; case ",${EXTRAS}," in *,minihack,*|*,alfworld,*) tools="g++ cmake 
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       python3-venv ca-certificates $tools \
  && rm -rf /var/lib/apt/lists/*
+# Behind a TLS-intercepting proxy, put its CA bundle at docker/extra-ca.crt (git-ignored); the
+# glob lets the build go on without one.
+COPY docker/serve.Dockerfile docker/extra-ca.cr[t] /tmp/ca/
+RUN if [ -f /tmp/ca/extra-ca.crt ]; then \
+      cp /tmp/ca/extra-ca.crt /usr/local/share/ca-certificates/extra-ca.crt && update-ca-certificates; \
+    fi; rm -rf /tmp/ca
 COPY pyproject.toml README.md constraints.txt /src/
 COPY comprl_gym /src/comprl_gym
 RUN python3 -m venv /opt/comprl \
- && /opt/comprl/bin/pip install -q --no-cache-dir -c /src/constraints.txt "/src[${EXTRAS}]"
+ && PIP_CERT=/etc/ssl/certs/ca-certificates.crt /opt/comprl/bin/pip install -q --no-cache-dir \
+      -c /src/constraints.txt "/src[${EXTRAS}]"
 # Runs as the unprivileged sandbox user; caches (the WebShop catalog) go to a writable folder.
 ENV PATH=/opt/comprl/bin:$PATH HOME=/tmp COMPRL_GYM_CACHE=/tmp/comprl-gym
 USER 1000

@@ -39,6 +39,17 @@ def _health(url: str) -> dict:
     return httpx.get(f"{url}/health", timeout=10).json()
 
 
+def _first_health(url: str, within_s: float, alive=lambda: True) -> dict:
+    """``/health`` of a server that is starting, once it answers."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return _health(url)
+        except httpx.TransportError:
+            assert alive() and time.monotonic() < deadline, f"{url} never answered /health"
+            time.sleep(0.3)
+
+
 def _wait_for_sessions(url: str, count: int, within_s: float) -> float:
     start = time.monotonic()
     while _health(url)["active_sessions"] != count:
@@ -231,14 +242,7 @@ def test_serve_command_starts_a_server_that_answers_health(tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline
-                time.sleep(0.3)
+        health = _first_health(f"http://127.0.0.1:{port}", 60, alive=lambda: process.poll() is None)
         assert health == {
             "status": "healthy",
             "active_sessions": 0,
@@ -248,3 +252,91 @@ def test_serve_command_starts_a_server_that_answers_health(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_container_recipe_builds_and_answers_health(tmp_path):
+    """docker/serve.Dockerfile on the offline-built base: the image serves and reports health.
+
+    The build reaches the Debian mirror and PyPI through --network host; the container runs
+    with the host's network but binds 127.0.0.1 only.
+    """
+    import os
+    import socket
+    from pathlib import Path
+
+    import docker
+    from comprl_gym.envs.swebench.images import ensure_base_image
+    from comprl_gym.envs.swebench.sandbox.docker import docker_available
+
+    if not docker_available():
+        if os.environ.get("COMPRL_NO_DOCKER") == "1":
+            pytest.skip("COMPRL_NO_DOCKER=1: this machine has no Docker engine")
+        pytest.fail("no Docker engine answers: start one with `bash scripts/services.sh start`")
+    root = Path(__file__).resolve().parents[1]
+    base = ensure_base_image(docker.from_env())
+    tag = "comprl-gym-serve:test"
+    build = subprocess.run(
+        ["docker", "build", "--network", "host", "-f", "docker/serve.Dockerfile"]
+        + ["--build-arg", f"BASE={base}", "-t", tag, "."],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    name = f"comprl-gym-serve-test-{os.getpid()}"
+    subprocess.run(
+        ["docker", "run", "-d", "--rm", "--name", name, "--network", "host", tag]
+        + [WEBSHOP, "--host", "127.0.0.1", "--port", str(port), "--max-sessions", "2"],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        health = _first_health(url, 120)
+        assert health["status"] == "healthy" and health["env_ids"] == [WEBSHOP]
+        env = RemoteEnv(url, env_id=WEBSHOP)
+        assert env.reset(seed=0)[1]["env_family"] == "webshop"
+        env.close()
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+@pytest.mark.slow
+def test_the_experience_augmented_form_is_served_as_in_process(tmp_path):
+    from comprl_gym.experience import ExperienceManager, default_embedder
+    from comprl_gym.wrappers import ExperienceAugmentedEnv
+
+    manager = ExperienceManager(tmp_path / "bank", embedder=default_embedder())
+    manager.add(
+        [
+            "## Title: Find the stairs\n## Description: MiniHack rooms\n"
+            "## Content: walk to the '>' staircase",
+        ],
+        env_family="minihack",
+    )
+    options = {"inject_top_k": 1, "search_budget": 1}
+    local = ExperienceAugmentedEnv(
+        gym.make(MINIHACK, **ENV_KWARGS[MINIHACK]), manager, report_outcomes=False, **options
+    )
+    app = make_app([MINIHACK], env_kwargs=ENV_KWARGS, experience=manager, **options)
+    with serve_in_background(app) as running:
+        remote = RemoteEnv(running.url, env_id=MINIHACK, experience=True)
+        played_remote = _play(remote, 2, 4)
+        remote.close()
+        plain = RemoteEnv(running.url, env_id=MINIHACK)
+        assert "staircase" not in plain.reset(seed=2)[1].get("experiences", "")
+        plain.close()
+    assert played_remote == _play(local, 2, 4)
+    assert "walk to the '>' staircase" in played_remote[0][0]
+    with (
+        serve_in_background(make_app([MINIHACK])) as running,
+        pytest.raises(RemoteEnvError, match="no experience store"),
+    ):
+        RemoteEnv(running.url, experience=True).reset(seed=0)
+    manager.close()

@@ -23,6 +23,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from comprl_gym.serving.server import serve
 
     env_ids = expand_env_ids(args.env_ids)
+    experience = None
+    if args.experience:
+        from comprl_gym.experience import ExperienceManager
+
+        experience = ExperienceManager(args.experience)
     print(f"comprl-gym: serving {len(env_ids)} id(s) on http://{args.host}:{args.port}", flush=True)
     serve(
         env_ids,
@@ -32,7 +37,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout or None,
         token=args.token or os.environ.get("COMPRL_GYM_SERVE_TOKEN"),
         env_kwargs={env_id: parse_key_values(args.env_arg) for env_id in env_ids},
+        experience=experience,
+        inject_top_k=args.inject_top_k,
+        search_budget=args.search_budget,
+        report_outcomes=args.report_outcomes,
     )
+    if experience is not None:
+        experience.close()
     return 0
 
 
@@ -59,4 +70,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="require 'Authorization: Bearer TOKEN' (or set COMPRL_GYM_SERVE_TOKEN)",
     )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--experience",
+        default=None,
+        metavar="STORE_DIR",
+        help="an experience store: clients may reset with experience=true",
+    )
+    p.add_argument("--inject-top-k", type=int, default=3, help="experiences shown at reset")
+    p.add_argument("--search-budget", type=int, default=2, help="search_and_ask calls per episode")
+    p.add_argument(
+        "--report-outcomes",
+        action="store_true",
+        help="let served episodes update the store's win tallies (off: the store is read only)",
+    )
     p.set_defaults(func=_cmd_serve)

@@ -112,6 +112,7 @@ class RemoteEnv(gym.Env[str, str]):
         url: the server, ``http://HOST:PORT`` or ``ws://HOST:PORT``.
         env_id: which served id to play (default: the server's first).
         token: the server's bearer token, if it has one.
+        experience: play the id's experience-augmented form (the server's store).
         timeout_s: how long one reset or step may take before the call fails.
     """
 
@@ -124,8 +125,10 @@ class RemoteEnv(gym.Env[str, str]):
         token: str | None = None,
         timeout_s: float = 300.0,
         render_mode: str | None = None,
+        experience: bool = False,
     ):
         self.url = url
+        self.experience = experience
         self.env_id = env_id
         #: The id the server plays for this env (``env_id``, or the server's default once reset).
         self.served_env_id = env_id
@@ -142,6 +145,8 @@ class RemoteEnv(gym.Env[str, str]):
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         request: dict[str, Any] = {"seed": seed, "options": options}
+        if self.experience:
+            request["experience"] = True
         if self.env_id is not None:
             request["env_id"] = self.env_id
         observation = self._client.reset(**request).observation

@@ -5,7 +5,8 @@ session protocol, ``/schema``, ``/metadata``, its session bound and idle-session
 OpenEnv's *production* mode, so episodes run only in sessions, never in the stateless
 ``/reset``/``/step`` routes (those would make a fresh env per request). Each session is a
 :class:`ComprlEnvironment`; a client picks the id at ``reset`` (``env_id=...``, default the
-first served id). ``/health`` reports the session count. An optional bearer token guards every
+first served id; ``experience=True`` for its experience-augmented form when the server has
+an experience store). ``/health`` reports the session count. An optional bearer token guards every
 route except ``/health``.
 
 Bad requests get OpenEnv's structured error messages (``{"type": "error", "data": {"code":
@@ -34,7 +35,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -71,6 +72,7 @@ class _ResetRequest(BaseModel):
     seed: int | None = Field(default=None, ge=0)
     episode_id: str | None = Field(default=None, max_length=255)
     options: dict[str, Any] | None = None
+    experience: bool = False
 
     @field_validator("env_id")
     @classmethod
@@ -99,13 +101,16 @@ class ComprlEnvironment(Environment[ComprlAction, ComprlObservation, ComprlState
         self,
         env_ids: Sequence[str],
         env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        with_experience: Callable[[gym.Env], gym.Env] | None = None,
     ):
         super().__init__()
         if not env_ids:
             raise ConfigurationError("serve at least one env id")
         self.env_ids = tuple(env_ids)
         self.env_kwargs = {k: dict(v) for k, v in (env_kwargs or {}).items()}
+        self.with_experience = with_experience
         self._env: gym.Env | None = None
+        self._env_key: tuple[str, bool] | None = None
         self._state = ComprlState()
         self._closed = False
 
@@ -117,9 +122,14 @@ class ComprlEnvironment(Environment[ComprlAction, ComprlObservation, ComprlState
         )
         self._check_open()
         env_id = request.env_id or self.env_ids[0]
-        if self._env is None or self._state.env_id != env_id:
+        if request.experience and self.with_experience is None:
+            raise SessionError("this server has no experience store (serve with --experience DIR)")
+        if self._env is None or self._env_key != (env_id, request.experience):
             self._close_env()
-            self._env = gym.make(env_id, **self.env_kwargs.get(env_id, {}))
+            env = gym.make(env_id, **self.env_kwargs.get(env_id, {}))
+            if request.experience:
+                env = self.with_experience(env)
+            self._env, self._env_key = env, (env_id, request.experience)
         observation, info = self._env.reset(seed=request.seed, options=request.options)
         self._state = ComprlState(env_id=env_id, episode_id=request.episode_id, step_count=0)
         return ComprlObservation(env_id=env_id, text=observation, info=jsonable(info), reward=None)
@@ -255,15 +265,36 @@ def make_app(
     idle_timeout_s: float | None = 300.0,
     token: str | None = None,
     env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    experience: Any = None,
+    inject_top_k: int = 3,
+    search_budget: int = 2,
+    report_outcomes: bool = False,
 ) -> FastAPI:
-    """The FastAPI app serving ``env_ids`` (each must be registered with gymnasium)."""
+    """The FastAPI app serving ``env_ids`` (each must be registered with gymnasium).
+
+    With ``experience`` (an :class:`~comprl_gym.experience.ExperienceManager`), a client may
+    ask for an id's :class:`~comprl_gym.wrappers.ExperienceAugmentedEnv` form at reset
+    (``experience=True``); all sessions share the manager. Outcomes are reported to the store
+    only with ``report_outcomes`` (off by default: serving does not change the store).
+    """
     unknown = [env_id for env_id in env_ids if env_id not in gym.registry]
     if unknown:
         raise ConfigurationError(f"not registered ids: {unknown} (see `comprl-gym envs`)")
     if max_sessions < 1:
         raise ConfigurationError(f"max_sessions must be at least 1, got {max_sessions}")
+    with_experience = None
+    if experience is not None:
+        from comprl_gym.wrappers import ExperienceAugmentedEnv
+
+        with_experience = functools.partial(
+            ExperienceAugmentedEnv,
+            manager=experience,
+            inject_top_k=inject_top_k,
+            search_budget=search_budget,
+            report_outcomes=report_outcomes,
+        )
     server = _EnvServer(
-        functools.partial(ComprlEnvironment, tuple(env_ids), env_kwargs),
+        functools.partial(ComprlEnvironment, tuple(env_ids), env_kwargs, with_experience),
         ComprlAction,
         ComprlObservation,
         concurrency_config=ConcurrencyConfig(
