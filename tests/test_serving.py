@@ -263,7 +263,9 @@ def test_the_container_recipe_builds_and_answers_health(tmp_path):
     with the host's network but binds 127.0.0.1 only.
     """
     import os
+    import shutil
     import socket
+    import ssl
     from pathlib import Path
 
     import docker
@@ -275,12 +277,26 @@ def test_the_container_recipe_builds_and_answers_health(tmp_path):
             pytest.skip("COMPRL_NO_DOCKER=1: this machine has no Docker engine")
         pytest.fail("no Docker engine answers: start one with `bash scripts/services.sh start`")
     root = Path(__file__).resolve().parents[1]
+    # A clean build context: the package, and the host's CA bundle so the build trusts a
+    # TLS-intercepting proxy if the machine has one.
+    context = tmp_path / "context"
+    shutil.copytree(
+        root / "comprl_gym", context / "comprl_gym", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copytree(
+        root / "docker", context / "docker", ignore=shutil.ignore_patterns("extra-ca.crt")
+    )
+    for name in ("pyproject.toml", "README.md", "constraints.txt"):
+        shutil.copy(root / name, context / name)
+    host_ca = Path(os.environ.get("SSL_CERT_FILE") or ssl.get_default_verify_paths().cafile or "")
+    if host_ca.is_file():
+        shutil.copy(host_ca, context / "docker" / "extra-ca.crt")
     base = ensure_base_image(docker.from_env())
     tag = "comprl-gym-serve:test"
     build = subprocess.run(
         ["docker", "build", "--network", "host", "-f", "docker/serve.Dockerfile"]
         + ["--build-arg", f"BASE={base}", "-t", tag, "."],
-        cwd=root,
+        cwd=context,
         capture_output=True,
         text=True,
         timeout=1800,

@@ -6,8 +6,8 @@ OpenEnv's *production* mode, so episodes run only in sessions, never in the stat
 ``/reset``/``/step`` routes (those would make a fresh env per request). Each session is a
 :class:`ComprlEnvironment`; a client picks the id at ``reset`` (``env_id=...``, default the
 first served id; ``experience=True`` for its experience-augmented form when the server has
-an experience store). ``/health`` reports the session count. An optional bearer token guards every
-route except ``/health``.
+an experience store). ``/health`` reports the session count. An optional bearer token guards
+every route except ``/health``.
 
 Bad requests get OpenEnv's structured error messages (``{"type": "error", "data": {"code":
 ..., "message": ...}}``) and the session stays open: an unknown id, a non-string or oversized
@@ -164,7 +164,6 @@ class ComprlEnvironment(Environment[ComprlAction, ComprlObservation, ComprlState
             name="comprl-gym",
             description="comprl ids served: " + ", ".join(self.env_ids),
             version=comprl_gym.__version__,
-            documentation_url="https://github.com/comprl-gym/comprl-gym",
         )
 
     def close(self) -> None:
