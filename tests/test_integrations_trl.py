@@ -49,13 +49,14 @@ class CountingEnv(ComprlToolEnv):
 
 
 @pytest.mark.slow
-def test_two_grpo_steps_of_the_tiny_model_with_env_rewards(tmp_path):
+@pytest.mark.parametrize("model_name", ["tiny", "smollm2"])
+def test_two_grpo_steps_with_env_rewards(tmp_path, model_name):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from comprl_gym.llm.models import tiny_model_path
+    from comprl_gym.llm.models import resolve_model
 
-    path = tiny_model_path()
+    path = resolve_model(model_name)
     tokenizer = use_tool_chat_template(AutoTokenizer.from_pretrained(path))
     model = AutoModelForCausalLM.from_pretrained(path)
     CountingEnv.returns = []
