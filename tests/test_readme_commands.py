@@ -39,13 +39,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO_ROOT
 
 from comprl_gym.cli import build_parser
 from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.trainers import TRAINERS
 from comprl_gym.trainers.cli import load_config
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 SLOW = pytest.mark.slow
 
@@ -549,6 +549,53 @@ def test_every_readme_command_and_spec_has_a_case():
             assert set(ids) <= table and table - set(ids) <= {"comprl/MiniHack-v0"}, pattern
     for spec in readme_agent_specs():
         assert spec in AGENTS, f"README agent spec {spec!r} is not in AGENTS: add it"
+
+
+SYNTHETIC_README = """
+```bash
+comprl-gym eval 'comprl/MiniHack-Room-*' --agent hf:smollm2 \\
+    --episodes 20 --out results/x    # --resume to continue
+make demo   # the main job
+```
+Also `comprl-gym play ID`.
+"""
+
+
+def test_reading_joins_continuations_drops_comments_and_keeps_quotes():
+    commands = readme_commands(SYNTHETIC_README)
+    assert [c.source for c in commands] == [
+        "comprl-gym eval 'comprl/MiniHack-Room-*' --agent hf:smollm2 --episodes 20 --out results/x",
+        "make demo",
+        "comprl-gym play ID",
+    ]
+    assert commands[0].words[2] == Word("comprl/MiniHack-Room-*", quoted=True)
+    assert shrink(commands[0]).argv == [
+        "eval",
+        "comprl/MiniHack-Room-5x5-v0",
+        "--agent",
+        "hf:smollm2",  # a dry run: fixtures and backends are not built
+        "--episodes",
+        "1",
+        "--out",
+        "results/x",
+        "--max-steps",
+        "2",
+        "--no-progress",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line, missing",
+    [
+        ("comprl-gym serve --port 8000", "CHECKS"),
+        ("comprl-gym eval comprl/WebShop-v0 --agent hf:smollm2 --parallel 4", "OPTIONS"),
+        ("comprl-gym eval comprl/WebShop-v0 --agent vllm:qwen3", "AGENTS"),
+        ("comprl-gym play ENV_ID", "PLACEHOLDERS"),
+    ],
+)
+def test_a_command_the_tables_do_not_know_fails(line, missing):
+    with pytest.raises(AssertionError, match=missing):
+        shrink(parse_command(line))
 
 
 def test_every_readme_config_loads_tiny_as_the_trainer_the_table_names():
