@@ -44,8 +44,7 @@ from conftest import REPO_ROOT
 
 from comprl_gym.cli import build_parser
 from comprl_gym.evaluation.eval import expand_env_ids
-from comprl_gym.trainers import TRAINERS
-from comprl_gym.trainers.cli import load_config
+from comprl_gym.trainers import TRAINERS, TrainConfig
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 SLOW = pytest.mark.slow
@@ -603,7 +602,7 @@ def test_every_readme_config_loads_tiny_as_the_trainer_the_table_names():
     configs = readme_config_table()
     assert "configs/demo.yaml" in configs and len(configs) >= 4
     for path, trainer in configs.items():
-        config = load_config(str(REPO_ROOT / path), TINY_TRAIN)
+        config = TrainConfig.from_yaml(REPO_ROOT / path, TINY_TRAIN)
         assert TRAINERS[config.algorithm].endswith(":" + trainer), (path, config.algorithm)
         assert config.actor.model == "tiny" and config.iterations == 1
 

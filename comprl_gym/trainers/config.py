@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -196,8 +197,15 @@ class TrainConfig:
         return cfg
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> TrainConfig:
-        """Load a YAML file."""
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+        """Load a YAML file, then apply ``KEY=VALUE`` overrides (``actor.lr=1e-5``; values are
+        read as JSON when they parse, else as strings), as ``comprl-gym train --set`` does.
+
+        Example:
+            >>> cfg = TrainConfig.from_yaml("configs/demo.yaml", ["iterations=2", "actor.lr=1e-5"])
+            >>> cfg.iterations, cfg.actor.lr
+            (2, 1e-05)
+        """
         import yaml
 
         from comprl_gym.core import DataError
@@ -211,7 +219,25 @@ class TrainConfig:
             raise DataError(path, f"not valid YAML: {exc}") from exc
         if data is not None and not isinstance(data, dict):
             raise DataError(path, "the top level must be a mapping of config keys")
-        return cls.from_dict(data or {})
+        data = data or {}
+        for text in overrides or []:
+            key, sep, value = text.partition("=")
+            if not sep:
+                raise ConfigurationError(
+                    f"an override is KEY=VALUE (KEY may be dotted: actor.lr=1e-5), got {text!r}"
+                )
+            try:
+                parsed: Any = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = value
+            *parents, leaf = key.split(".")
+            node = data
+            for name in parents:
+                node = node.setdefault(name, {})
+                if not isinstance(node, dict):
+                    raise ConfigurationError(f"override {text!r}: {name!r} is not a mapping")
+            node[leaf] = parsed
+        return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
