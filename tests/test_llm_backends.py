@@ -181,7 +181,9 @@ def test_generate_ids_keeps_the_given_prompt_ids_and_matches_text_generation(tin
     ids = [tiny.tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
     # A prompt that re-tokenising its text would not give back (two tokens spelling one).
     whole = ids[0]
-    odd = [i for ch in PROMPTS[0] for i in tiny.tokenizer(ch, add_special_tokens=False)["input_ids"]]
+    odd = [
+        i for ch in PROMPTS[0] for i in tiny.tokenizer(ch, add_special_tokens=False)["input_ids"]
+    ]
     assert odd != whole and tiny.tokenizer.decode(odd) == PROMPTS[0]
     from_ids = tiny.generate_ids([*ids, odd], params)
     for text_gen, id_gen, prompt_ids in zip(from_text, from_ids, ids):
