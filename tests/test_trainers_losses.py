@@ -356,3 +356,29 @@ def test_a_folded_trajectory_still_weighs_one():
     samples = _actor_samples([folded, plain], uses_experience=False)
     assert [s.weight for s in samples] == [0.5, 0.5, 1.0]
     assert sum(s.num_action_tokens for s in samples[:2]) == 8  # every sampled token, once
+
+
+def test_old_logprobs_for_a_reused_batch_are_the_trainers_own_before_the_first_step():
+    """Several epochs on one batch clip against the policy before the update (the reference
+    recomputes old log-probs with the trainer); on the first epoch the ratio is exactly 1."""
+    from conftest import teacher_forced_logprobs
+
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    torch.manual_seed(0)
+    opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-2), loss="clipped")
+    samples = [
+        TrainSample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], advantage=1.0),
+        TrainSample([5, 6, 7], [0, 1, 1], advantage=-1.0),
+    ]
+    filled = opt.fill_old_logprobs(samples)
+    for sample in filled:
+        ids = sample.input_ids
+        expected = teacher_forced_logprobs(opt.model, ids[:1], ids[1:])
+        assert sample.old_logprobs[0] == 0.0
+        assert sample.old_logprobs[1:] == pytest.approx(expected, abs=1e-5)
+    first = opt.update(filled)
+    assert first["clip_fraction"] == 0.0
+    second = opt.update(filled)  # the policy moved (lr 1e-2): the ratio now leaves 1 +- 0.2
+    assert second["clip_fraction"] > 0.0

@@ -78,7 +78,12 @@ def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBacken
     every actor update.
     """
     if config.rollout_backend == "vllm":
-        backend = VLLMBackend(str(resolve_model(config.actor.model)), seed=config.seed)
+        backend = VLLMBackend(
+            str(resolve_model(config.actor.model)),
+            seed=config.seed,
+            # A multi-turn prompt plus its reply fits max_context_tokens (folding sees to it).
+            max_model_len=max(2048, config.max_context_tokens),
+        )
         if actor.settings.lora.enabled or actor.steps:
             backend.update_weights(actor.trainable_state_dict())
         return backend
