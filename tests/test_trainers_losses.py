@@ -382,3 +382,23 @@ def test_old_logprobs_for_a_reused_batch_are_the_trainers_own_before_the_first_s
     assert first["clip_fraction"] == 0.0
     second = opt.update(filled)  # the policy moved (lr 1e-2): the ratio now leaves 1 +- 0.2
     assert second["clip_fraction"] > 0.0
+
+
+def test_token_logprobs_at_chosen_positions_match_teacher_forcing():
+    from conftest import teacher_forced_logprobs
+
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.losses import token_logprobs
+    from comprl_gym.trainers.policy import load_causal_lm
+
+    model, _ = load_causal_lm(ModelSettings(model="tiny"))
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    expected = teacher_forced_logprobs(model, ids[:1], ids[1:])  # log p(ids[t+1] | ids[:t+1])
+    with torch.no_grad():
+        got = token_logprobs(
+            model,
+            torch.tensor([ids]),
+            torch.ones(1, len(ids), dtype=torch.long),
+            positions=torch.tensor([1, 4, 5]),
+        )
+    assert got[0].tolist() == pytest.approx([expected[1], expected[4], expected[5]], abs=1e-5)

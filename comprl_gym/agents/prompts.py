@@ -93,6 +93,9 @@ class PromptConfig:
             raise ConfigurationError("max_context_tokens must be at least 1")
 
 
+#: A later multi-turn message whose admissible actions did not change says so in one line.
+SAME_ACTIONS_NOTE = "Admissible actions and answer format: as before."
+
 FORMAT_ERROR_NOTE = (
     "FORMAT ERROR: your last reply contained no action I could read. Reply with {how}."
 )
@@ -212,8 +215,7 @@ def turn_message(
         Observation:
         You see a wall.
         <BLANKLINE>
-        Admissible actions: as listed before.
-        Reply with the number of one action from the list (for example: 1), or an action written out as <action>ACTION</action> (replace any <placeholder> with your words). Do not explain.
+        Admissible actions and answer format: as before.
     """
     listed = listed_actions(admissible, config)
     lines = []
@@ -221,10 +223,12 @@ def turn_message(
         lines.append(FORMAT_ERROR_NOTE.format(how=_how(listed, config)) + "\n")
     lines.append(f"Observation:\n{_clip(observation, config.max_observation_chars)}\n")
     if listed and listed == listed_actions(previous_admissible, config):
-        lines.append("Admissible actions: as listed before.")
-    elif listed:
-        lines.extend(_numbered(listed, admissible))
-    lines.append(answer_instruction(bool(listed), config, has_templates(listed)))
+        # The list and the full instruction are in the context already: a reminder suffices
+        # (each repetition costs every later turn its tokens again).
+        lines.append(SAME_ACTIONS_NOTE)
+    else:
+        lines.extend(_numbered(listed, admissible) if listed else [])
+        lines.append(answer_instruction(bool(listed), config, has_templates(listed)))
     return "\n".join(lines)
 
 

@@ -233,14 +233,14 @@ class PolicyOptimizer:
         for begin in range(0, len(ordered), micro):
             chunk = ordered[begin : begin + micro]
             batch = self._pad(chunk)
-            # Score only from the first trained token on (prompts are long, actions short).
-            first = min(s.action_mask.index(1) for s in chunk)
-            keep = batch["input_ids"].shape[1] - max(first, 1)
+            # Score only positions where some sequence of the chunk has a trained token: a
+            # multi-turn episode trains a few dozen of its thousands of tokens.
+            positions = torch.nonzero(batch["mask"].any(dim=0)).flatten()
             for key in ("mask", "old"):
-                batch[key] = batch[key][:, -keep:]
+                batch[key] = batch[key][:, positions]
             # Temperature 1: the backends report log-probs of the unprocessed distribution.
             logp = token_logprobs(
-                self.model, batch["input_ids"], batch["attention_mask"], logits_to_keep=keep
+                self.model, batch["input_ids"], batch["attention_mask"], positions=positions
             )
             old = torch.where(batch["has_old"], batch["old"], logp.detach())
             if self.loss == "cispo":
