@@ -138,10 +138,20 @@ def test_trainer_play_returns_trajectories_with_group_and_half(tmp_path):
         ("comprl/WebShop-v0", 4, 1, False),
     ]
     samples = trainer.actor_samples(trajs)
-    # One sample per model call, carrying exactly the sampled tokens and their logprobs.
+    # One sample per episode (multi-turn, no fold at this size): the last turn's prompt and
+    # completion, with every turn's sampled tokens, and only those, trained.
+    assert len(samples) == len(trajs) and all(t.num_segments == 1 for t in trajs)
+    for sample, traj in zip(samples, trajs):
+        last = traj.turns[-1]
+        assert sample.input_ids == last.prompt_token_ids + last.completion_token_ids
+        trained = [i for i, m in zip(sample.input_ids, sample.action_mask) if m]
+        assert trained == [i for turn in traj.turns for i in turn.completion_token_ids]
+    # The per-turn option: one sample per model call.
+    trainer.config.sample_mode = "turn"
     turns = [turn for t in trajs for turn in t.turns if turn.completion_token_ids]
-    assert len(samples) == len(turns) > 0
-    for sample, turn in zip(samples, turns):
+    per_turn = trainer.actor_samples(trajs)
+    assert len(per_turn) == len(turns) > len(trajs)
+    for sample, turn in zip(per_turn, turns):
         assert sample.input_ids == turn.prompt_token_ids + turn.completion_token_ids
 
 
