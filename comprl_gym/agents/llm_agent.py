@@ -21,6 +21,11 @@ Agent specs (``comprl-gym eval --agent SPEC``, :func:`comprl_gym.agents.make_age
 
 Backends are cached per process by ``KIND:MODEL`` so many envs share one model.
 
+``PromptConfig.conversation`` picks the prompt: ``windowed`` (default here: a fresh system +
+user message each step) or ``multi_turn`` (the trainers' default: one chat per episode built as
+token ids by :class:`~comprl_gym.agents.conversation.TokenConversation`, generated with
+``backend.generate_ids``; a backend without token prompts falls back to windowed).
+
 Example:
     >>> import gymnasium as gym, comprl_gym
     >>> from comprl_gym.agents import make_agent
