@@ -246,3 +246,159 @@ def test_update_moves_probability_towards_positive_advantage_and_lora_trains_ada
         state = {k: v.clone() for k, v in opt.model.state_dict().items()}
         assert opt.update([TrainSample([5, 6, 7], [0, 1, 1], advantage=0.0)])["samples"] == 0
         assert all(torch.equal(state[k], v) for k, v in opt.model.state_dict().items())
+
+
+# ------------------------------------------------------------------------------ actor samples
+def _episode(n_turns: int, reward: float, group: int = 0, with_experience: bool = False):
+    """A hand-made multi-turn episode: each turn adds 2 prompt tokens and samples 2 tokens."""
+    from comprl_gym.rollouts import Trajectory, Turn
+
+    ids: list[int] = []
+    turns = []
+    for step in range(n_turns):
+        prompt = ids + [900 + step, 901]
+        completion = [10 + step, 11 + step]
+        turns.append(
+            Turn(
+                step,
+                "",
+                "a",
+                prompt_token_ids=prompt,
+                completion_token_ids=completion,
+                completion_logprobs=[-1.0, -2.0],
+                segment=0,
+            )
+        )
+        ids = prompt + completion
+    meta = {"group": group, "with_experience": with_experience}
+    return Trajectory("e", "id", "f", "0", "", 0, turns=turns, score=reward, meta=meta)
+
+
+def _actor_samples(episodes, uses_experience: bool, **overrides):
+    """Trainer.actor_samples without loading models: it reads only config and rewards."""
+    from types import SimpleNamespace
+
+    from comprl_gym.trainers.base import Trainer
+
+    cfg = TrainConfig.from_dict({"reward": "score", **overrides})
+    stub = SimpleNamespace(config=cfg, uses_experience=uses_experience)
+    stub.episode_reward = lambda e: Trainer.episode_reward(stub, e)
+    return Trainer.actor_samples(stub, episodes)
+
+
+def test_actor_advantages_are_r_minus_mean_within_each_group_half_by_default():
+    # One task group, K=8: rollouts 0-3 without experience, 4-7 with (the reference's K/2).
+    rewards = [1, 0, 0, 0, 1, 1, 0, 1]
+    episodes = [_episode(1, r, with_experience=i >= 4) for i, r in enumerate(rewards)]
+    samples = _actor_samples(episodes, uses_experience=True)
+    # By hand: without-half mean 1/4 -> 3/4, -1/4, -1/4, -1/4; with-half mean 3/4 ->
+    # 1/4, 1/4, -3/4, 1/4. No division by the std (reference method "mean").
+    assert [s.advantage for s in samples] == [0.75, -0.25, -0.25, -0.25, 0.25, 0.25, -0.75, 0.25]
+    scaled = _actor_samples(episodes, uses_experience=True, scale_advantages=True)
+    a = 0.75 / (0.5 + 1e-4)  # std (ddof 1) of [1, 0, 0, 0] is 1/2
+    assert scaled[0].advantage == pytest.approx(a)
+    config = TrainConfig()
+    assert (config.clip_eps_low, config.clip_eps_high) == (0.2, 0.2)
+    assert (config.sample_mode, config.loss_normalization) == ("trajectory", "sequence")
+
+
+def test_a_short_win_and_a_long_loss_weigh_the_same_per_trajectory():
+    """seq-mean-token-mean: a win in 3 turns at +A and a loss in 8 turns at -A net zero."""
+    episodes = [_episode(3, 1.0), _episode(8, 0.0)]  # one group: A = +1/2 and -1/2
+    samples = _actor_samples(episodes, uses_experience=False)
+    assert len(samples) == 2 and [s.num_action_tokens for s in samples] == [6, 16]
+    assert [s.advantage for s in samples] == [0.5, -0.5]
+    # The trained ids are the sampled ones.
+    assert [i for i, m in zip(samples[0].input_ids, samples[0].action_mask) if m] == [
+        10,
+        11,
+        11,
+        12,
+        12,
+        13,
+    ]
+
+    def loss_and_grads(batch):
+        width = max(len(s.input_ids) for s in batch)
+        mask = torch.tensor(
+            [s.action_mask + [0] * (width - len(s.action_mask)) for s in batch], dtype=torch.float32
+        )
+        logp = torch.full((len(batch), width), -1.0, requires_grad=True)
+        adv = torch.tensor([s.advantage * s.weight for s in batch])
+        loss, _ = clipped_pg_loss(logp, logp.detach(), adv, mask, normalization="sequence")
+        loss.backward()
+        return loss.item(), logp.grad.sum(dim=1)
+
+    loss, grads = loss_and_grads(samples)
+    # Ratio 1: loss = -(1/2)(+1/2 + -1/2) = 0; each trajectory's gradient mass is -A/2.
+    assert loss == pytest.approx(0.0)
+    assert grads.tolist() == pytest.approx([-0.25, 0.25])
+    # Per-turn samples (the old way): 3 at +1/2 and 8 at -1/2 over 11 sequences:
+    # loss = -(3 * 0.5 - 8 * 0.5) / 11 = 2.5 / 11, the long loss outweighs the short win.
+    per_turn = _actor_samples(episodes, uses_experience=False, sample_mode="turn")
+    assert len(per_turn) == 11
+    loss, grads = loss_and_grads(per_turn)
+    assert loss == pytest.approx(2.5 / 11)
+    assert grads[:3].sum().item() == pytest.approx(-3 * 0.5 / 11)
+
+
+def test_a_folded_trajectory_still_weighs_one():
+    from comprl_gym.rollouts import Trajectory
+
+    folded = _episode(4, 1.0)
+    for turn in folded.turns[2:]:  # turns 2-3 in a new segment whose prompt restarts
+        turn.segment = 1
+        turn.prompt_token_ids = turn.prompt_token_ids[-6:]
+    second = folded.turns[3]
+    second.prompt_token_ids = folded.turns[2].prompt_token_ids + [12, 13, 903, 901]
+    plain = _episode(2, 0.0)
+    assert isinstance(folded, Trajectory) and folded.num_segments == 2
+    samples = _actor_samples([folded, plain], uses_experience=False)
+    assert [s.weight for s in samples] == [0.5, 0.5, 1.0]
+    assert sum(s.num_action_tokens for s in samples[:2]) == 8  # every sampled token, once
+
+
+def test_old_logprobs_for_a_reused_batch_are_the_trainers_own_before_the_first_step():
+    """Several epochs on one batch clip against the policy before the update (the reference
+    recomputes old log-probs with the trainer); on the first epoch the ratio is exactly 1."""
+    from conftest import teacher_forced_logprobs
+
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    torch.manual_seed(0)
+    opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-2), loss="clipped")
+    samples = [
+        TrainSample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], advantage=1.0),
+        TrainSample([5, 6, 7], [0, 1, 1], advantage=-1.0),
+    ]
+    filled = opt.fill_old_logprobs(samples)
+    for sample in filled:
+        ids = sample.input_ids
+        expected = teacher_forced_logprobs(opt.model, ids[:1], ids[1:])
+        assert sample.old_logprobs[0] == 0.0
+        assert sample.old_logprobs[1:] == pytest.approx(expected, abs=1e-5)
+    first = opt.update(filled)
+    assert first["clip_fraction"] == 0.0
+    second = opt.update(filled)  # the policy moved (lr 1e-2): the ratio now leaves 1 +- 0.2
+    assert second["clip_fraction"] > 0.0
+
+
+def test_token_logprobs_at_chosen_positions_match_teacher_forcing():
+    from conftest import teacher_forced_logprobs
+
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.losses import token_logprobs
+    from comprl_gym.trainers.policy import load_causal_lm
+
+    model, _ = load_causal_lm(ModelSettings(model="tiny"))
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    expected = teacher_forced_logprobs(model, ids[:1], ids[1:])  # log p(ids[t+1] | ids[:t+1])
+    with torch.no_grad():
+        got = token_logprobs(
+            model,
+            torch.tensor([ids]),
+            torch.ones(1, len(ids), dtype=torch.long),
+            positions=torch.tensor([1, 4, 5]),
+        )
+    assert got[0].tolist() == pytest.approx([expected[1], expected[4], expected[5]], abs=1e-5)

@@ -149,23 +149,43 @@ class TrainConfig:
     group_size: int = 4
     #: Step limit of one training episode (the env may stop earlier).
     max_episode_steps: int = 8
-    #: Turns of history kept in the actor prompt.
+    #: The actor's conversation: ``multi_turn`` (one token-exact chat per episode, experiences
+    #: in the system prompt for the whole episode; reference ``traj_env_manager.py``) or
+    #: ``windowed`` (a fresh prompt each step with ``history_turns`` past steps).
+    conversation: Literal["multi_turn", "windowed"] = "multi_turn"
+    #: Multi-turn context budget in tokens (prompt + a reply's max_new_tokens); beyond it the
+    #: oldest turns fold into a one-line summary and a new segment (training sequence) starts.
+    max_context_tokens: int = 2048
+    #: Windowed conversation: turns of history kept in the actor prompt.
     history_turns: int = 2
+    #: Actor samples: ``trajectory`` (one sequence per episode, or per context segment, each
+    #: episode weighing the same; reference ``traj_env_manager.py::formulate_rollouts``) or
+    #: ``turn`` (one sequence per model call).
+    sample_mode: Literal["trajectory", "turn"] = "trajectory"
     #: Rollout engine: ``transformers`` (default) or ``vllm`` (weights pushed after each update).
     rollout_backend: Literal["transformers", "vllm"] = "transformers"
-    #: Actor loss: lower PPO clip.
+    #: Actor loss: lower PPO clip (reference ``pg_clip: 0.2``).
     clip_eps_low: float = 0.2
-    #: Actor loss: upper PPO clip (DAPO clip-higher).
-    clip_eps_high: float = 0.28
-    #: Actor loss normalisation: ``sequence`` (TRL grpo) or ``token`` (DAPO/bnpo).
+    #: Actor loss: upper PPO clip (reference 0.2; DAPO clip-higher uses 0.28).
+    clip_eps_high: float = 0.2
+    #: Actor loss normalisation: ``sequence`` (mean over each sequence's tokens, then over
+    #: sequences: the reference's ``seq-mean-token-mean``, TRL grpo) or ``token`` (DAPO/bnpo).
     loss_normalization: Literal["sequence", "token"] = "sequence"
+    #: Old log-probs of the actor's PPO ratio: ``trainer`` (the trainer's own, computed before
+    #: the update: ratio 1 on the first epoch, as the reference's
+    #: ``multi_agentic_pipeline.py`` ``compute_log_probs``) or ``sampler`` (the rollout engine's).
+    old_logprobs: Literal["trainer", "sampler"] = "trainer"
+    #: Optimiser steps on each iteration's actor batch (reference ``ppo_epochs: 1``). With more
+    #: than one, the old log-probs are computed once before the first (``trainer``).
+    actor_epochs: int = 1
     #: Outcome reward of an episode: ``score`` (the task's own metric in [0, 1]; 1 for a win)
     #: or ``won`` (1 for a win, else 0).
     reward: Literal["score", "won"] = "score"
     #: Subtracted from the outcome reward per invalid or malformed action (0: pure outcome).
     invalid_action_penalty: float = 0.0
-    #: Divide advantages by the group's std (False: Dr. GRPO, mean-centred only).
-    scale_advantages: bool = True
+    #: Divide advantages by the (group, half) std. False (default): ``r - mean`` only, the
+    #: reference's ``reward_normalization.method: mean`` (``agentic/utils.py::grouped_reward_norm``).
+    scale_advantages: bool = False
     #: The actor model.
     actor: ModelSettings = field(default_factory=ModelSettings)
     #: The extractor model (separate weights).
@@ -255,6 +275,8 @@ class TrainConfig:
             raise ConfigurationError("env_ids must name at least one env id")
         if self.env_weights and len(self.env_weights) != len(self.env_ids):
             raise ConfigurationError("env_weights must have one weight per env id")
+        if self.actor_epochs < 1 or self.max_context_tokens < 1:
+            raise ConfigurationError("actor_epochs and max_context_tokens must be >= 1")
         if self.iterations < 1 or self.groups_per_iteration < 1 or self.task_pool < 1:
             raise ConfigurationError("iterations, groups_per_iteration and task_pool must be >= 1")
 

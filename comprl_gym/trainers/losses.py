@@ -117,15 +117,30 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     temperature: float = 1.0,
     logits_to_keep: int | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log-probability of each token given the ones before it.
 
     Without ``logits_to_keep`` the shape is ``(batch, tokens - 1)`` and entry ``[b, t]`` is
     ``log p(input_ids[b, t + 1] | input_ids[b, : t + 1])``. With ``logits_to_keep=k`` only the
     last ``k`` tokens are scored (shape ``(batch, k)``) and the LM head runs on ``k + 1``
-    positions only, as TRL does for completions: prompts are long, completions short. Only
+    positions only, as TRL does for completions: prompts are long, completions short. With
+    ``positions`` (a 1-D index tensor) entry ``[b, j]`` is the log-prob of token
+    ``positions[j] + 1`` and the head runs on those positions only. Only
     the gathered entries are kept, never a full ``(batch, tokens, vocab)`` log-softmax.
     """
+    if positions is not None:
+        # Only the scored positions run through the LM head: a multi-turn sequence trains a
+        # few dozen of its thousands of tokens, and the head's (tokens, vocab) logits dominate
+        # memory. Entry [b, j] scores input_ids[b, positions[j] + 1].
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions
+        ).logits
+        if temperature != 1.0:
+            logits = logits / temperature
+        targets = input_ids[:, positions + 1].unsqueeze(-1)
+        picked = torch.gather(logits, -1, targets).squeeze(-1)
+        return picked - torch.logsumexp(logits.float(), dim=-1).to(picked.dtype)
     length = input_ids.shape[1]
     if logits_to_keep is None or logits_to_keep >= length:
         logits_to_keep = length - 1

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -176,6 +177,29 @@ class PolicyOptimizer:
             "advantages": advantages,
         }
 
+    def fill_old_logprobs(self, samples: list[TrainSample]) -> list[TrainSample]:
+        """Copies of ``samples`` whose ``old_logprobs`` are this model's current log-probs
+        (no gradient), for a batch reused over several epochs: the reference recomputes old
+        log-probs with the trainer before the update
+        (``roll/pipeline/agentic/multi_agentic_pipeline.py``, ``actor_train.compute_log_probs``).
+        """
+        out = []
+        was_training = self.model.training
+        self.model.eval()
+        micro = max(1, self.settings.micro_batch_size)
+        with torch.no_grad():
+            for begin in range(0, len(samples), micro):
+                chunk = samples[begin : begin + micro]
+                batch = self._pad(chunk)
+                logp = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+                for row, sample in enumerate(chunk):
+                    n = len(sample.input_ids)
+                    # Entry t scores token t + 1; token 0 has no log-prob (never trained).
+                    old = [0.0] + logp[row, : n - 1].tolist()
+                    out.append(dataclasses.replace(sample, old_logprobs=old))
+        self.model.train(was_training)
+        return out
+
     # ------------------------------------------------------------------ the step
     def update(self, samples: list[TrainSample]) -> dict[str, float]:
         """One optimiser step on ``samples``; returns loss and throughput statistics.
@@ -209,14 +233,14 @@ class PolicyOptimizer:
         for begin in range(0, len(ordered), micro):
             chunk = ordered[begin : begin + micro]
             batch = self._pad(chunk)
-            # Score only from the first trained token on (prompts are long, actions short).
-            first = min(s.action_mask.index(1) for s in chunk)
-            keep = batch["input_ids"].shape[1] - max(first, 1)
+            # Score only positions where some sequence of the chunk has a trained token: a
+            # multi-turn episode trains a few dozen of its thousands of tokens.
+            positions = torch.nonzero(batch["mask"].any(dim=0)).flatten()
             for key in ("mask", "old"):
-                batch[key] = batch[key][:, -keep:]
+                batch[key] = batch[key][:, positions]
             # Temperature 1: the backends report log-probs of the unprocessed distribution.
             logp = token_logprobs(
-                self.model, batch["input_ids"], batch["attention_mask"], logits_to_keep=keep
+                self.model, batch["input_ids"], batch["attention_mask"], positions=positions
             )
             old = torch.where(batch["has_old"], batch["old"], logp.detach())
             if self.loss == "cispo":
