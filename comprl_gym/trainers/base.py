@@ -154,7 +154,12 @@ class Trainer:
         if not self.trains_extractor:
             extractor_settings.frozen = True
         optimizer = PolicyOptimizer.from_settings(
-            extractor_settings, loss="cispo", cispo_eps_high=cfg.experience.cispo_eps_high
+            extractor_settings,
+            loss="cispo",
+            cispo_eps_low=cfg.experience.cispo_eps_low,
+            cispo_eps_high=cfg.experience.cispo_eps_high,
+            cispo_variant=cfg.experience.cispo_variant,
+            normalization=cfg.experience.cispo_normalization,
         )
         backend = TransformersBackend(
             model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
@@ -168,7 +173,9 @@ class Trainer:
             cfg.experience,
             max_new_tokens=extractor_settings.max_new_tokens,
             temperature=extractor_settings.temperature,
+            output_format=cfg.experience.extractor_format,
             seed=cfg.seed,
+            max_transcript_chars=cfg.experience.extractor_transcript_chars,
         )
         self.worker = ExperienceWorker(self._experience_job, cfg.experience.async_extraction)
         self.extractor_stats: list[dict[str, float]] = []
@@ -186,17 +193,14 @@ class Trainer:
         assert self.extractor is not None
         episodes: list[Trajectory] = job["episodes"]
         step = job["step"]
-        groups: dict[int, list[Trajectory]] = {}
-        for e in episodes:
-            groups.setdefault(e.group, []).append(e)
-        for group in groups.values():
-            self.extractor.write_from_group(group, step)
+        self.extractor.distill(episodes, step)
+        self.extractor.credit_refinements(episodes, step)
         stats = self.extractor.train_step(step) if self.trains_extractor else None
         if stats is not None:
             self.extractor_stats.append(stats)
         if len(self.manager) >= 2:
             try:  # the manager owns the schedule (merge_interval_steps)
-                if self.manager.maybe_merge(step, self.extractor.merge_window) is not None:
+                if self.extractor.maybe_merge(step) is not None:
                     self.merges += 1
             except Exception:  # a bad merge answer must not stop training
                 logger.exception("merging the experience store failed; the store is unchanged")
@@ -417,7 +421,8 @@ class Trainer:
             record["store_size"] = len(self.manager)
             record["extractor/updates"] = self.extractor.updates
             record["extractor/pending"] = len(self.extractor.pending)
-            record["extractor/failed_writes"] = self.extractor.failed_writes
+            for key, value in self.extractor.counts.to_dict().items():
+                record[f"extractor/{key}"] = value
             record["worker_backlog"] = self.worker.backlog if self.worker else 0
             while self.extractor_stats:
                 stats = self.extractor_stats.pop(0)
