@@ -54,7 +54,6 @@ the their then this through to with you your what when which who play plays text
 described action actions command commands extract reusable heuristics agent agents lessons
 lesson archivist expert small around handling reading few"""
 _GENERIC = frozenset(_GENERIC_WORDS.split())  # noqa: SIM905 (a word list reads better as text)
-)
 
 
 @functools.lru_cache(maxsize=1)
