@@ -173,9 +173,7 @@ class Trainer:
             cfg.experience,
             max_new_tokens=extractor_settings.max_new_tokens,
             temperature=extractor_settings.temperature,
-            output_format=cfg.experience.extractor_format,
             seed=cfg.seed,
-            max_transcript_chars=cfg.experience.extractor_transcript_chars,
         )
         self.worker = ExperienceWorker(self._experience_job, cfg.experience.async_extraction)
         self.extractor_stats: list[dict[str, float]] = []

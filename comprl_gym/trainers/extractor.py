@@ -197,10 +197,9 @@ class ExperienceExtractor:
         settings: ExperienceSettings,
         max_new_tokens: int = 48,
         temperature: float = 1.0,
-        output_format: OutputFormat = "plain",
+        output_format: OutputFormat | None = None,
         seed: int = 0,
         on_weights_changed: Callable[[], None] | None = None,
-        max_transcript_chars: int = 6000,
     ):
         self.backend = backend
         self.optimizer = optimizer
@@ -208,10 +207,10 @@ class ExperienceExtractor:
         self.settings = settings
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        self.output_format = output_format
+        #: ``operations`` or ``plain``; ``settings.extractor_format`` unless given.
+        self.output_format = output_format or settings.extractor_format
         self.seed = seed
         self.on_weights_changed = on_weights_changed
-        self.max_transcript_chars = max_transcript_chars
         self.lock = threading.RLock()
         self.pending: list[ExtractorGeneration] = []
         self.updates = 0
@@ -296,7 +295,7 @@ class ExperienceExtractor:
         else:
             shown = self.shown_experiences(episode)
             generation = self.generate_chat(
-                operations_messages(episode, shown, self.max_transcript_chars)
+                operations_messages(episode, shown, self.settings.extractor_transcript_chars)
             )
             try:
                 operations = parse_extractor_output(
