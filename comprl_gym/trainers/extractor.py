@@ -482,13 +482,16 @@ class ExperienceExtractor:
             return None
         with self.lock:
             stats = self.optimizer.update([sample for _, sample in ready])
-            self.updates += 1
+            # ``updates`` counts optimiser steps: a batch whose advantages are all 0 (every r
+            # equal, e.g. no win yet) takes none, as the reference's would change nothing.
+            stepped = stats["samples"] > 0 and not self.optimizer.settings.frozen
+            self.updates += int(stepped)
             for generation, _ in ready:
                 generation.times_trained += 1
             ids = sorted({m for g, _ in ready for m in g.written_ids})
             if ids:
                 self.manager.mark_trained(ids, actor_step)
-            if self.on_weights_changed is not None and not self.optimizer.settings.frozen:
+            if self.on_weights_changed is not None and stepped:
                 self.on_weights_changed()
         # Generations that can never be trained again are forgotten.
         self.pending = [g for g in self.pending if g.times_trained < self._max_train_count(g)]
