@@ -266,3 +266,22 @@ def test_a_merge_output_is_a_sample_scored_by_the_trajectories_that_later_use_it
     [(_, ready)] = extractor.ready_samples(actor_step=6)
     assert ready.meta["reward"] == 1.0  # the later win only, not the inherited losses
     manager.close()
+
+
+def test_a_long_interaction_keeps_the_goal_and_the_end_and_says_what_it_left_out():
+    from types import SimpleNamespace
+
+    from comprl_gym.experience.prompts import format_interaction
+
+    turns = [
+        SimpleNamespace(observation=f"o{i}", action=f"a{i}", text="", next_observation=f"o{i + 1}")
+        for i in range(50)
+    ]
+    text = format_interaction("reach the stairs", turns, max_chars=200)
+    lines = text.splitlines()
+    assert lines[:2] == ["Environment: reach the stairs", "o0"]
+    assert lines[-1] == "Agent: a49" and lines[-2] == "Environment: o49"
+    left_out = int(lines[2].split()[1])
+    # 1 opening + 50 actions + 49 answers = 100 messages; those kept plus those left out
+    assert lines[2] == f"[... {left_out} messages left out ...]"
+    assert left_out + (len(lines) - 3) == 99 and len(text) <= 200 + 40
