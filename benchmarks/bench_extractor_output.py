@@ -19,8 +19,12 @@ dictionary words, no 3-gram loop, a word of the family's vocabulary) and the mea
 yield is passing lessons per trajectory. Results: ``benchmarks/results/extractor_output.json``
 and ``.png``.
 
-Run (CPU, about 20 min on 2 shared cores):
-    python benchmarks/bench_extractor_output.py --episodes 24 --temperatures 1.0 0.7 0.3
+Run (CPU; about 25 min on 2 cores shared with other jobs, where SmolLM2 prefills ~80 prompt
+tokens/s and decodes ~1 token/s per sequence):
+    python benchmarks/bench_extractor_output.py
+Run (larger):
+    python benchmarks/bench_extractor_output.py --episodes 24 --operations-temperatures 1.0 0.7 0.3 \\
+        --max-tokens 192 48 --transcript-chars 6000
 """
 
 from __future__ import annotations
@@ -102,11 +106,12 @@ def measure(
     temperature: float,
     max_tokens: int,
     seed: int,
+    transcript_chars: int,
 ) -> dict[str, Any]:
     conversations = [
         plain_extractor_messages(t)
         if output_format == "plain"
-        else operations_messages(t, [SHOWN] if t.experience_ids else [], 6000)
+        else operations_messages(t, [SHOWN] if t.experience_ids else [], transcript_chars)
         for t in episodes
     ]
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
@@ -167,22 +172,29 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         ax.set_xlabel("temperature")
         ax.set_ylim(-0.05, 1.05)
     axes[0].legend()
-    fig.suptitle("SmolLM2-135M as extractor on 24 MiniHack Room-Random-5x5 trajectories")
+    n = cells[0]["episodes"] if cells else 0
+    fig.suptitle(f"SmolLM2-135M as extractor on {n} MiniHack Room-Random-5x5 trajectories")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--episodes", type=int, default=24)
-    parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.7, 0.3])
-    parser.add_argument("--formats", nargs="+", default=["operations", "plain"])
+    parser.add_argument("--episodes", type=int, default=12)
+    parser.add_argument("--plain-temperatures", type=float, nargs="*", default=[1.0, 0.7, 0.3])
+    parser.add_argument("--operations-temperatures", type=float, nargs="*", default=[0.3, 1.0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument(
-        "--max-tokens", type=int, nargs=2, default=[192, 48], metavar=("OPERATIONS", "PLAIN")
+        "--max-tokens", type=int, nargs=2, default=[96, 32], metavar=("OPERATIONS", "PLAIN")
+    )
+    parser.add_argument(
+        "--transcript-chars",
+        type=int,
+        default=1500,
+        help="experience.extractor_transcript_chars of the operations prompt",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=12)
     parser.add_argument("--out", default=str(RESULTS / "extractor_output.json"))
     args = parser.parse_args()
     random.seed(args.seed)
@@ -192,16 +204,9 @@ def main() -> None:
     )
     if hasattr(backend, "max_batch_size"):
         backend.max_batch_size = args.batch
-    cells = []
-    for output_format in args.formats:
-        for temperature in args.temperatures:
-            max_tokens = args.max_tokens[0 if output_format == "operations" else 1]
-            cell = measure(backend, episodes, output_format, temperature, max_tokens, args.seed)
-            cells.append(cell)
-            print(json.dumps({k: v for k, v in cell.items() if k != "rows"}), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    summary = {
+    summary: dict[str, Any] = {
         "env_id": ENV_ID,
         "model": args.model,
         "episodes": {
@@ -210,10 +215,26 @@ def main() -> None:
             "mean_steps": sum(t.steps for t in episodes) / len(episodes),
         },
         "max_tokens": {"operations": args.max_tokens[0], "plain": args.max_tokens[1]},
-        "cells": cells,
+        "transcript_chars": args.transcript_chars,
+        "cells": [],
     }
-    out.write_text(json.dumps(summary, indent=1))
-    plot(cells, out.with_suffix(".png"))
+    plan = [("plain", t) for t in args.plain_temperatures]
+    plan += [("operations", t) for t in args.operations_temperatures]
+    for output_format, temperature in plan:
+        max_tokens = args.max_tokens[0 if output_format == "operations" else 1]
+        cell = measure(
+            backend,
+            episodes,
+            output_format,
+            temperature,
+            max_tokens,
+            args.seed,
+            args.transcript_chars,
+        )
+        summary["cells"].append(cell)
+        print(json.dumps({k: v for k, v in cell.items() if k != "rows"}), flush=True)
+        out.write_text(json.dumps(summary, indent=1))  # every finished cell is kept
+    plot(summary["cells"], out.with_suffix(".png"))
     print(f"wrote {out}")
 
 
