@@ -118,11 +118,9 @@ def measure(
     start = time.perf_counter()
     generations = backend.chat(conversations, params)
     elapsed = time.perf_counter() - start
-    rows, lessons = [], []
+    rows = []
     for t, g in zip(episodes, generations):
         status, written = written_lessons(g.text, output_format, len(t.experience_ids))
-        scored = [(text, lesson_quality(text, "minihack")) for text in written]
-        lessons += [q for _, q in scored]
         rows.append(
             {
                 "episode": t.episode_id,
@@ -130,31 +128,42 @@ def measure(
                 "status": status,
                 "prompt_tokens": len(g.prompt_token_ids),
                 "completion_tokens": len(g.completion_token_ids),
-                "lessons": [
-                    {"text": text, "score": q.score, "passed": q.passed} for text, q in scored
-                ],
+                "lessons": [{"text": text} for text in written],
                 "output": g.text[:600],
             }
         )
     n = len(episodes)
-    return {
+    cell = {
         "format": output_format,
         "temperature": temperature,
         "episodes": n,
         "parse_rate": sum(r["status"] != "malformed" for r in rows) / n,
         "decline_rate": sum(r["status"] == "declined" for r in rows) / n,
-        "lessons_written": len(lessons),
-        "lesson_pass_rate": sum(q.passed for q in lessons) / len(lessons) if lessons else 0.0,
-        "lesson_mean_score": sum(q.score for q in lessons) / len(lessons) if lessons else 0.0,
-        "checks_passed": {
-            check: sum(getattr(q, check) for q in lessons)
-            for check in ("length_ok", "dictionary_ok", "no_loop", "relevant")
-        },
-        "yield_per_episode": sum(q.passed for q in lessons) / n,
         "mean_prompt_tokens": sum(r["prompt_tokens"] for r in rows) / n,
         "gen_seconds": elapsed,
         "rows": rows,
     }
+    score_cell(cell)
+    return cell
+
+
+def score_cell(cell: dict[str, Any]) -> None:
+    """(Re)compute a cell's quality figures from its stored lessons with the current check."""
+    lessons = []
+    for row in cell["rows"]:
+        for lesson in row["lessons"]:
+            q = lesson_quality(lesson["text"], "minihack")
+            lesson.update(score=q.score, passed=q.passed)
+            lessons.append(q)
+    n = cell["episodes"]
+    cell["lessons_written"] = len(lessons)
+    cell["lesson_pass_rate"] = sum(q.passed for q in lessons) / len(lessons) if lessons else 0.0
+    cell["lesson_mean_score"] = sum(q.score for q in lessons) / len(lessons) if lessons else 0.0
+    cell["checks_passed"] = {
+        check: sum(getattr(q, check) for q in lessons)
+        for check in ("length_ok", "dictionary_ok", "no_loop", "relevant")
+    }
+    cell["yield_per_episode"] = sum(q.passed for q in lessons) / n
 
 
 def plot(cells: list[dict[str, Any]], path: Path) -> None:
@@ -196,7 +205,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=12)
     parser.add_argument("--out", default=str(RESULTS / "extractor_output.json"))
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="recompute the quality figures of --out from its stored lessons",
+    )
     args = parser.parse_args()
+    if args.rescore:
+        out = Path(args.out)
+        summary = json.loads(out.read_text())
+        for cell in summary["cells"]:
+            score_cell(cell)
+        out.write_text(json.dumps(summary, indent=1))
+        plot(summary["cells"], out.with_suffix(".png"))
+        return
     random.seed(args.seed)
     episodes = trajectories(args.episodes, args.seed)
     backend = (
