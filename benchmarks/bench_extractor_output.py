@@ -19,7 +19,7 @@ dictionary words, no 3-gram loop, a word of the family's vocabulary) and the mea
 yield is passing lessons per trajectory. Results: ``benchmarks/results/extractor_output.json``
 and ``.png``.
 
-Run (CPU; about 25 min on 2 cores shared with other jobs, where SmolLM2 prefills ~80 prompt
+Run (CPU; about 40 min on 2 cores shared with other jobs, where SmolLM2 prefills ~80 prompt
 tokens/s and decodes ~1 token/s per sequence):
     python benchmarks/bench_extractor_output.py
 Run (larger):
