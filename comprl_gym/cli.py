@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 import comprl_gym
 from comprl_gym.agents import make_agent
+from comprl_gym.core import printable_text
 from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.registration import ENV_TABLE, markdown_table
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker
@@ -40,7 +41,8 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 def _cmd_play(args: argparse.Namespace) -> int:
     env = gym.make(args.env_id, **parse_key_values(args.env_arg))
     observation, info = env.reset(seed=args.seed)
-    print(f"Task: {info['task']}\n")
+    # The observations are printable already (TextEnv); the task comes from data.
+    print(f"Task: {printable_text(info['task'])}\n")
     print(observation)
     while True:
         try:

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -237,6 +238,33 @@ def normalize_action_text(action: str) -> str:
     return " ".join(folded.split())
 
 
+#: Control characters (except tab and newline), DEL, C1 controls and lone surrogates.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_VISIBLE = {c: f"\\x{c:02x}" for c in [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
+_VISIBLE.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
+
+
+def printable_text(text: str | bytes) -> str:
+    r"""``text`` as printable text: what every comprl env shows an agent (and a terminal).
+
+    Invalid UTF-8 (and lone surrogates) become U+FFFD; a CRLF line end becomes a newline;
+    every other control character (NUL, the ESC that starts a terminal escape sequence, a lone
+    carriage return, DEL, C1 controls) is written as its ``\xNN`` escape, so the agent still
+    sees it and no terminal acts on it. Tabs and newlines stay.
+
+    Example:
+        >>> printable_text(b"ok\x00\xff \x1b[2J\r\n")
+        'ok\\x00\ufffd \\x1b[2J\n'
+        >>> printable_text("col\tcol\nline")
+        'col\tcol\nline'
+    """
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", errors="replace")
+    if not _UNPRINTABLE.search(text):
+        return text
+    return text.replace("\r\n", "\n").translate(_VISIBLE)
+
+
 def invalid_action_message(action: str, reason: str, allowed: list[str] | None) -> str:
     """The observation an agent sees after an invalid action: what was wrong, what is allowed.
 
@@ -317,6 +345,7 @@ class TextEnv(gym.Env[str, str]):
         self._score = 0.0
         self._episode_over = False
         observation, extra = self._reset_task(episode_seed, dict(options or {}))
+        observation = printable_text(observation)
         self._last_observation = observation
         return observation, self._info(invalid_action=False, extra=extra)
 
@@ -340,12 +369,12 @@ class TextEnv(gym.Env[str, str]):
         self._step_count += 1
         self._won = self._won or transition.won
         self._score = transition.score if not transition.invalid_action else self._score
-        self._last_observation = transition.observation
+        observation = self._last_observation = printable_text(transition.observation)
         terminated = transition.terminated
         truncated = not terminated and self._step_count >= self.max_steps
         self._episode_over = terminated or truncated
         info = self._info(invalid_action=transition.invalid_action, extra=transition.info)
-        return transition.observation, float(transition.reward), terminated, truncated, info
+        return observation, float(transition.reward), terminated, truncated, info
 
     def render(self) -> str | None:  # type: ignore[override]
         if self.render_mode == "ansi":

@@ -39,3 +39,19 @@ def teacher_forced_logprobs(model, prompt_ids: list[int], completion: list[int])
         logits = model(torch.tensor([prompt_ids + completion])).logits[0].float()
     logprobs = torch.log_softmax(logits, dim=-1)
     return [float(logprobs[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(completion)]
+
+
+def assert_model_logprobs(backend, model, generations, max_tokens: int) -> None:
+    """Each generation keeps its prompt's token ids and carries ``model``'s own logprobs.
+
+    The engine's logprobs must be those of the raw model, as a trainer recomputes them
+    (5e-3: float32 engine kernels against the Hugging Face forward).
+    """
+    import pytest
+
+    for gen in generations:
+        prompt_ids = backend.tokenizer(gen.prompt, add_special_tokens=False)["input_ids"]
+        assert gen.prompt_token_ids == prompt_ids
+        assert 1 <= len(gen.completion_token_ids) == len(gen.completion_logprobs) <= max_tokens
+        expected = teacher_forced_logprobs(model, gen.prompt_token_ids, gen.completion_token_ids)
+        assert gen.completion_logprobs == pytest.approx(expected, abs=5e-3)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import re
+import unicodedata
 from typing import Any
 
 import gymnasium as gym
@@ -17,6 +20,7 @@ from comprl_gym.core import (
     UnicodeText,
     invalid_action_message,
     normalize_action_text,
+    printable_text,
 )
 
 
@@ -141,3 +145,62 @@ def test_vector_envs_carry_unicode_observations(vector_cls):
         assert all(terminated)
     finally:
         envs.close()
+
+
+# ---- printable observations (issue 18) -------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        (b"\x00\xff\xfe garbage \x1b[2J", "\\x00\ufffd\ufffd garbage \\x1b[2J"),
+        ("tab\there\nline\r\nnext\rover", "tab\there\nline\nnext\\x0dover"),
+        ("\x07\x08\x7f\x85\x9b31m", "\\x07\\x08\\x7f\\x85\\x9b31m"),
+        ("lone \udcff surrogate", "lone \ufffd surrogate"),
+        ("héllo → wörld ✓ 你好", "héllo → wörld ✓ 你好"),
+        (b"caf\xc3\xa9", "café"),
+    ],
+)
+def test_printable_text_shows_control_characters_and_keeps_the_rest(raw, shown):
+    assert printable_text(raw) == shown
+
+
+def test_printable_text_leaves_no_control_character_in_all_of_unicode():
+    every = "".join(chr(c) for c in range(0x110000))
+    shown = printable_text(every)
+    shown.encode("utf-8")  # no lone surrogate left
+    kinds = {unicodedata.category(c) for c in shown if c not in "\n\t"}
+    assert "Cc" not in kinds and "Cs" not in kinds
+    # Everything printable is kept as it was, in order.
+    assert shown.startswith("\\x00\\x01") and "\t\n" in shown and ' !"#' in shown
+
+
+class NoisyEnv(GuessEnv):
+    """A family whose engine prints raw terminal bytes (a shell, a game log)."""
+
+    def _reset_task(self, seed: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        super()._reset_task(seed, options)
+        return "start\x00 \x1b[2J\udcff\r\n", {}
+
+    def _step_task(self, action: str) -> Transition:
+        transition = super()._step_task(action)
+        transition.observation = "bell\x07 \x9b31m " + transition.observation
+        return transition
+
+
+def test_text_env_shows_every_observation_as_printable_text():
+    env = NoisyEnv(render_mode="ansi")
+    obs, _ = env.reset(seed=0)
+    assert obs == "start\\x00 \\x1b[2J\ufffd\n" and env.render() == obs
+    obs, *_ = env.step("purple")  # refused by the base class: sanitised as well
+    assert obs.startswith("bell\\x07 \\x9b31m Invalid action 'purple'") and env.render() == obs
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", obs)
+
+
+def test_every_family_shows_observations_through_text_env():
+    """The base class sanitises centrally, so no family may bypass its reset and step."""
+    for env_id, spec in list(gym.registry.items()):
+        if not env_id.startswith("comprl/"):
+            continue
+        module, _, name = spec.entry_point.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, TextEnv), env_id
+        assert cls.reset is TextEnv.reset and cls.step is TextEnv.step, env_id

@@ -145,6 +145,22 @@ def test_over_budget_calls_count_toward_truncation(manager):
     assert (manager.get_one(eid).uses, manager.get_one(eid).wins) == (1, 0)
 
 
+def test_text_the_wrapper_adds_is_printable(tmp_path, embedder):
+    """Stored lessons (written by a model) reach the agent with their control bytes shown."""
+    manager = ExperienceManager(tmp_path / "bank", embedder=embedder)
+    manager.add(
+        ["## Title: Count\x1b[2J\n## Description: counting\n## Content: say inc\x00 thrice"],
+        Provenance(task_ids=("seed",)),
+        env_family="minihack",
+    )
+    env = ExperienceAugmentedEnv(CounterEnv(), manager, inject_top_k=1, search_top_k=1)
+    obs, _ = env.reset(seed=0)
+    assert "say inc\\x00 thrice" in obs and "\x00" not in obs and "\x1b" not in obs
+    obs, *_, info = env.step("search_and_ask[how do I count?]")
+    assert "\x00" in info["search_and_ask"]["answer"]  # the raw lesson...
+    assert "say inc\\x00 thrice" in obs and "\x00" not in obs and "\x1b" not in obs  # ...shown
+
+
 @pytest.mark.filterwarnings("ignore:.*different from the unwrapped version")
 def test_wrapper_passes_the_gymnasium_env_checker(manager):
     check_env(ExperienceAugmentedEnv(CounterEnv(), manager), skip_render_check=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import teacher_forced_logprobs
+from conftest import assert_model_logprobs, teacher_forced_logprobs
 
 from comprl_gym.llm import SamplingParams
 from comprl_gym.llm.models import tiny_model_path
@@ -38,15 +38,7 @@ def hf_model():
 def test_batched_generation_returns_tokens_and_true_logprobs(engine, hf_model):
     gens = engine.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=1.0, seed=0))
     assert len(gens) == 8
-    for gen in gens:
-        assert (
-            gen.prompt_token_ids
-            == engine.tokenizer(gen.prompt, add_special_tokens=False)["input_ids"]
-        )
-        assert 1 <= len(gen.completion_token_ids) == len(gen.completion_logprobs) <= 6
-        # vLLM's logprobs are those of the raw model, as a trainer recomputes them.
-        expected = teacher_forced_logprobs(hf_model, gen.prompt_token_ids, gen.completion_token_ids)
-        assert gen.completion_logprobs == pytest.approx(expected, abs=5e-3)
+    assert_model_logprobs(engine, hf_model, gens, max_tokens=6)
     # seeds differ per request, so equal prompts do not sample equal completions
     same = engine.generate(["hello"] * 4, SamplingParams(max_tokens=6, temperature=1.0, seed=1))
     assert len({tuple(g.completion_token_ids) for g in same}) > 1

@@ -7,11 +7,13 @@ fail with a clear message, unless COMPRL_NO_DOCKER=1 says this machine has none.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,11 +22,14 @@ from comprl_gym.envs.swebench import SWEBenchEnv, load_instances
 from comprl_gym.envs.swebench.expert import SWEBenchExpert
 from comprl_gym.envs.swebench.grading import evaluate
 from comprl_gym.envs.swebench.images import LABEL, LABEL_OWNER_PID
+from comprl_gym.envs.swebench.sandbox import bwrap as bwrap_mod
+from comprl_gym.envs.swebench.sandbox.base import SandboxLimits
 from comprl_gym.envs.swebench.sandbox.bwrap import episodes_root
 from comprl_gym.envs.swebench.sandbox.docker import docker_available
 
 SUITE = load_instances()
 KINDS = [pytest.param("docker", marks=pytest.mark.docker), "bubblewrap"]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _require(kind: str) -> None:
@@ -330,5 +335,138 @@ def test_gym_make_expert_run_and_grading_at_the_step_limit():
         assert truncated and not terminated and reward == 1.0 and "step limit" in obs
         obs, reward, *_, info = env.step("ls")
         assert info["invalid_action"] and "reset" in obs
+    finally:
+        env.close()
+
+
+# ---- observations that tell the truth (issue 18) ---------------------------------------------
+TRUTH_LIMITS = SandboxLimits(memory_bytes=256 << 20)
+TRUTH_TIMEOUT = 3
+#: Bytes a hostile or careless command prints: NUL, invalid UTF-8, a clear-screen escape.
+GARBAGE_COMMAND = "printf '\\x00\\xff\\xfe garbage \\x1b[2J'"
+GARBAGE_SHOWN = "\\x00\ufffd\ufffd garbage \\x1b[2J"
+
+
+def _truth_env(kind: str) -> SWEBenchEnv:
+    return SWEBenchEnv(
+        sandbox=kind,
+        instance_ids=["comprl-gym__kvconf-1"],
+        command_timeout=TRUTH_TIMEOUT,
+        limits=TRUTH_LIMITS,
+    )
+
+
+def _run(env: SWEBenchEnv, command: str) -> tuple[str, dict, float]:
+    started = time.monotonic()
+    obs, _, terminated, truncated, info = env.step(command)
+    assert not terminated and not truncated and not info["invalid_action"]
+    return obs, info, time.monotonic() - started
+
+
+def test_observations_say_how_a_command_ended(kind):
+    env = _truth_env(kind)
+    try:
+        env.reset(seed=0)
+        # 8 GB in a 256 MiB sandbox: the kernel kills it at once, and the agent is told so.
+        obs, info, took = _run(env, "python3 -c 'b = bytearray(8 << 30)'")
+        assert info["out_of_memory"] and info["signal"] == 9 and not info["timed_out"], obs
+        assert info["returncode"] == 137 and took < TRUTH_TIMEOUT
+        assert "ran out of memory (limit 256 MiB)" in obs and "timed out" not in obs
+        # A process killed for memory while the command goes on to exit by itself.
+        obs, info, _ = _run(env, "python3 -c 'b = bytearray(8 << 30)'; echo went-on")
+        assert info["out_of_memory"] and info["returncode"] == 0 and info["signal"] is None
+        assert "went-on" in obs and "killed a process of the command" in obs
+        if kind == "docker":
+            # An engine whose cgroups this host cannot read: Docker's oom event says it.
+            env.unwrapped.sandbox._memory_cgroup = None
+            obs, info, _ = _run(env, "python3 -c 'b = bytearray(8 << 30)'")
+            assert info["out_of_memory"] and "ran out of memory" in obs
+        # Killed by a signal: its own, then everyone's (the shell collecting output dies too).
+        obs, info, _ = _run(env, "kill -TERM $$")
+        assert info["signal"] == 15 and not info["timed_out"] and not info["out_of_memory"]
+        assert "killed by signal 15 (SIGTERM)" in obs and "timed out" not in obs
+        obs, info, took = _run(env, "kill -9 -1; kill -9 1; echo after")
+        assert info["signal"] == 9 and not info["timed_out"] and not info["out_of_memory"]
+        assert "killed by signal 9 (SIGKILL)" in obs and "output is lost" in obs
+        assert "timed out" not in obs and took < TRUTH_TIMEOUT
+        assert "alive" in _run(env, "echo alive")[0]
+        if kind == "docker":
+            # The dead wrapper's output file was removed: only this command's own is there.
+            assert "<output>\n1\n" in _run(env, "ls /run/comprl | wc -l")[0]
+        # Exit statuses that only look like a timeout, then a real one.
+        obs, info, _ = _run(env, "exit 124")
+        assert info["returncode"] == 124 and not info["timed_out"] and "<warning>" not in obs
+        obs, info, took = _run(env, "sleep 1000")
+        assert info["timed_out"] and info["signal"] is None and not info["out_of_memory"]
+        assert f"timed out after {TRUTH_TIMEOUT} s" in obs and took >= TRUTH_TIMEOUT
+    finally:
+        env.close()
+    assert not _leftovers(kind, os.getpid())
+
+
+def test_memory_rlimit_without_a_cgroup_is_reported_as_the_failed_allocation(monkeypatch, tmp_path):
+    """Bubblewrap without a writable cgroup tree limits memory by RLIMIT_AS: the allocation
+    fails inside the program (nothing is killed), and the observation says just that."""
+    monkeypatch.setattr(bwrap_mod, "_CGROUP_V1", tmp_path)  # no cgroup tree here
+    env = _truth_env("bubblewrap")
+    try:
+        env.reset(seed=0)
+        assert not env.unwrapped.sandbox.cgroup.active
+        obs, info, took = _run(env, "python3 -c 'b = bytearray(8 << 30)'")
+        assert info["returncode"] == 1 and "MemoryError" in obs and took < TRUTH_TIMEOUT
+        assert not info["timed_out"] and not info["out_of_memory"] and info["signal"] is None
+        assert "<warning>" not in obs
+    finally:
+        env.close()
+
+
+def test_observations_are_printable_text(kind):
+    env = _truth_env(kind)
+    try:
+        env.reset(seed=0)
+        obs, info, _ = _run(env, GARBAGE_COMMAND)
+        assert info["returncode"] == 0 and GARBAGE_SHOWN in obs
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", obs), repr(obs)
+    finally:
+        env.close()
+
+
+def test_play_shows_the_sanitised_text(kind):
+    env_args = [
+        "--env-arg",
+        f"sandbox={kind}",
+        "--env-arg",
+        'instance_ids=["comprl-gym__kvconf-1"]',
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "comprl_gym.cli", "play", "comprl/SWEBench-v0", *env_args],
+        input=f"{GARBAGE_COMMAND}\nquit\n".encode(),
+        capture_output=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
+    assert GARBAGE_SHOWN.encode() in result.stdout
+    assert b"\x00" not in result.stdout and b"\x1b" not in result.stdout
+
+
+def test_files_keep_their_owners_and_the_agent_is_not_root(kind):
+    """Root's files are root's inside, unreadable when root-only; the agent owns its repo."""
+    env = _truth_env(kind)
+    try:
+        env.reset(seed=0)
+        obs, info, _ = _run(env, "id -u; id -g; id -G; stat -c '%U:%G %a' /etc/shadow / /usr/bin")
+        assert obs.split("<output>\n")[1].split("\n")[:6] == [
+            "1000", "1000", "1000", "root:shadow 640", "root:root 755", "root:root 755"
+        ]  # fmt: skip
+        obs, info, _ = _run(env, "cat /etc/shadow")
+        assert info["returncode"] == 1 and "Permission denied" in obs
+        obs, info, _ = _run(env, "grep -E '^Cap(Prm|Eff|Amb):' /proc/self/status | cut -f2")
+        assert obs.split("<output>\n")[1].split("\n")[:3] == ["0000000000000000"] * 3
+        obs, info, _ = _run(env, "touch /testbed/new && stat -c %U:%G /testbed/new /testbed")
+        assert obs.split("<output>\n")[1].split("\n")[:2] == ["swe:swe", "swe:swe"]
+        obs, info, _ = _run(env, "touch /etc/x /root/x 2>&1; mount -t tmpfs none /mnt")
+        assert info["returncode"] != 0 and "/etc/x" in obs and "/root/x" in obs
     finally:
         env.close()

@@ -187,3 +187,80 @@ def test_resume_from_a_checkpoint_continues_with_identical_state(tmp_path):
     ]
     assert [m["success"] for m in metrics_a] == [m["success"] for m in metrics_b]
     assert [m["store_size"] for m in metrics_a] == [m["store_size"] for m in metrics_b]
+
+
+@pytest.mark.slow
+def test_warm_up_builds_the_store_without_retrieval_or_updates(tmp_path):
+    """Reference ``memory_warmup_interval``: warm-up rollouts see no experience and train no
+    model, yet their experience-half trajectories are distilled into the store."""
+    cfg = _config(
+        tmp_path,
+        "complementary",
+        env_ids=["comprl/MiniHack-Room-5x5-v0"],  # one family: what warm-up wrote is retrievable
+        iterations=2,
+        eval_tasks=0,
+        experience={"warmup_iterations": 1},
+    )
+    trainer = make_trainer(cfg)
+    try:
+        actor_before = _weights(trainer.actor.model)
+        extractor_before = _weights(trainer.extractor.optimizer.model)
+        played = []
+        original_play = trainer.play
+
+        def recording_play(tasks, greedy=False):
+            episodes = original_play(tasks, greedy)
+            played.append(episodes)
+            return episodes
+
+        trainer.play = recording_play
+        first = trainer.train_iteration()
+        assert first["warmup"] == 1
+        assert "actor/samples" not in first
+        assert all(not e.experience_ids and not e.search_and_ask_calls for e in played[0])
+        assert not _changed(actor_before, _weights(trainer.actor.model))
+        assert not _changed(extractor_before, _weights(trainer.extractor.optimizer.model))
+        assert trainer.extractor.updates == 0
+        assert len(trainer.manager) > 0, "warm-up trajectories were not distilled"
+        second = trainer.train_iteration()
+        assert second["warmup"] == 0
+        assert "actor/samples" in second  # the update ran (zero-advantage samples are skipped)
+        with_half = [e for e in played[1] if e.with_experience]
+        assert with_half and all(e.experience_ids for e in with_half)
+    finally:
+        trainer.close()
+
+
+@pytest.mark.slow
+def test_rollouts_wait_for_pending_extractions_and_evaluation_writes_nothing(tmp_path):
+    """The flush barrier (staleness 0): every rollout starts with no extraction job pending.
+    Evaluation reads the store but leaves every tally as it was."""
+    cfg = _config(
+        tmp_path,
+        "complementary",
+        env_ids=["comprl/MiniHack-Room-5x5-v0"],
+        iterations=2,
+        eval_tasks=2,
+        experience={"async_extraction": True},
+    )
+    trainer = make_trainer(cfg)
+    try:
+        pending_at_rollout = []
+        original_play = trainer.play
+
+        def recording_play(tasks, greedy=False):
+            pending_at_rollout.append(trainer.worker.pending)
+            return original_play(tasks, greedy)
+
+        trainer.play = recording_play
+        trainer.train_iteration()
+        trainer.train_iteration()
+        assert pending_at_rollout == [0, 0]
+        trainer.worker.drain()
+        before = _tallies(trainer)
+        assert sum(uses for _, _, uses, _, _, _ in before) > 0
+        table = trainer.evaluate()
+        assert table["comprl/MiniHack-Room-5x5-v0"]["with_experience"]["episodes"] == 2
+        assert _tallies(trainer) == before
+    finally:
+        trainer.close()

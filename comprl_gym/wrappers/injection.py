@@ -25,7 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from comprl_gym.core import ConfigurationError
+from comprl_gym.core import ConfigurationError, printable_text
 from comprl_gym.experience import prompts
 from comprl_gym.experience.manager import ExperienceManager
 
@@ -80,7 +80,8 @@ class ExperienceInjection(gym.Wrapper):
             if hits:
                 self.injected = [{"id": h.id, "text": h.experience.text} for h in hits]
                 block = prompts.format_injection([h.experience for h in hits])
-                observation = f"{block}\n\n{observation}"
+                # Stored text was written by a model: keep the contract's printable text.
+                observation = printable_text(f"{block}\n\n{observation}")
         return observation, self._augment(info)
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -33,7 +33,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from comprl_gym.core import ConfigurationError, invalid_action_message
+from comprl_gym.core import ConfigurationError, invalid_action_message, printable_text
 from comprl_gym.experience import prompts
 from comprl_gym.experience import search_and_ask as protocol
 from comprl_gym.experience.manager import ExperienceManager
@@ -139,7 +139,7 @@ class SearchAndAskAction(gym.Wrapper):
             invalid_action_message(action, reason, allowed) + "\n\n" + self._last_observation
         )
         info["invalid_action"] = True
-        return observation, 0.0, False, self._over_limit(info), self._augment(info)
+        return printable_text(observation), 0.0, False, self._over_limit(info), self._augment(info)
 
     def _answer(self, question: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.calls += 1
@@ -160,4 +160,5 @@ class SearchAndAskAction(gym.Wrapper):
         info["invalid_action"] = False
         info = self._augment(info)
         info["search_and_ask"] = {"question": question, "ids": ids, "answer": answer}
-        return observation, 0.0, False, False, info
+        # Model-written text reaches the agent here without passing TextEnv.step.
+        return printable_text(observation), 0.0, False, False, info

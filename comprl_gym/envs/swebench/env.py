@@ -12,8 +12,12 @@ Action grammar (one action per step):
   against the base commit is graded in a fresh sandbox and the episode ends.
 
 Observation after a command: ``<returncode>N</returncode>\\n<output>\\n...\\n</output>``, long
-output cut to its head and tail with a note of how many bytes were cut. At the step limit the
-changes are graded as if submitted (the episode is then truncated).
+output cut to its head and tail with a note of how many bytes were cut, preceded by a
+``<warning>`` when the command did not simply exit: it timed out, the sandbox ran out of memory
+and the kernel killed it, or a signal killed it (``info`` says which: ``timed_out``,
+``out_of_memory``, ``signal``). Like every comprl observation, control characters are shown
+escaped (:func:`comprl_gym.core.printable_text`). At the step limit the changes are graded as
+if submitted (the episode is then truncated).
 
 Example (needs Docker or bubblewrap and the base image; ~3 min the first time):
     >>> import gymnasium as gym, comprl_gym
@@ -302,16 +306,19 @@ class SWEBenchEnv(TextEnv):
             self._close_sandbox()
             raise
         observation = ""
-        if result.timed_out:
-            observation = (
-                f"<warning>The command timed out after {self.config.command_timeout:.0f} s "
-                "and was killed, with everything it started.</warning>\n"
-            )
+        warning = result.warning(self.config.command_timeout, self.config.limits.memory_bytes)
+        if warning:
+            observation = f"<warning>{warning}</warning>\n"
         observation += f"<returncode>{result.returncode}</returncode>\n<output>\n{result.output}"
         observation += (
             "" if result.output.endswith("\n") or not result.output else "\n"
         ) + "</output>"
-        extra = self._extra(returncode=result.returncode, timed_out=result.timed_out)
+        extra = self._extra(
+            returncode=result.returncode,
+            timed_out=result.timed_out,
+            out_of_memory=result.out_of_memory,
+            signal=result.signal,
+        )
         if self._step_count + 1 >= self.max_steps:
             graded = self._grade(reason="step limit reached")
             graded.observation = observation + "\n\n" + graded.observation

@@ -101,9 +101,11 @@ def build_rootfs(force: bool = False) -> Path:
     target = rootfs_dir()
     done_marker = target / ".comprl-gym-complete"
     if done_marker.exists() and not force:
+        _open_root(target)
         return target
     with file_lock(target.parent / f".{target.name}.lock"):
         if done_marker.exists() and not force:
+            _open_root(target)
             return target
         if shutil.which("debootstrap") is None:
             raise EnvBackendError(
@@ -128,6 +130,7 @@ def build_rootfs(force: bool = False) -> Path:
         try:
             _run_logged(command)
             _add_sandbox_user(partial)
+            _open_root(partial)
             for junk in ("var/cache/apt/archives", "usr/share/doc", "usr/share/man"):
                 shutil.rmtree(partial / junk, ignore_errors=True)
             (partial / ".comprl-gym-complete").write_text(base_image_tag() + "\n")
@@ -139,6 +142,16 @@ def build_rootfs(force: bool = False) -> Path:
             raise
         logger.info("sandbox root ready at %s in %.0f s", target, time.monotonic() - started)
     return target
+
+
+def _open_root(root: Path) -> None:
+    """Make the tree's top folder 0755 like any ``/`` (``mkdtemp`` made it 0700).
+
+    Needed once the sandbox user is not the owner of the tree (bubblewrap run as root).
+    Trees built before this fix are opened when first used.
+    """
+    if root.stat().st_mode & 0o777 != 0o755 and os.geteuid() == root.stat().st_uid:
+        os.chmod(root, 0o755)
 
 
 def _run_logged(command: list[str]) -> None:

@@ -1,11 +1,21 @@
 """A bubblewrap sandbox per episode: the debootstrap root read-only, the repository writable.
 
-Each command is a fresh ``bwrap --unshare-all`` (no network, own PID namespace, uid 1000 in a
-user namespace) over the same root file system the Docker base image is made from. The
-episode's writable folders (``/testbed``, ``/tmp``, home) live in one episode folder that is a
-size-limited tmpfs when we run as root. Memory, process and CPU limits come from a cgroup
-(v1 or v2) when the cgroup tree is writable, otherwise from rlimits (prlimit); ``timeout``
-bounds every command, and when a command ends its PID namespace dies with everything in it.
+Each command is a fresh ``bwrap`` (no network, own PID, IPC and UTS namespaces) over the same
+root file system the Docker base image is made from, run as the unprivileged user 1000.
+
+Who owns what matches Docker when we run as root: no user namespace, ``setpriv`` becomes uid
+and gid 1000 with no capabilities (and ``no_new_privs``), so root's files are root's inside
+and root-only ones (the image's ``/etc/shadow``) stay unreadable. Run by an unprivileged user,
+bwrap can only map that user (as uid 1000) in a user namespace: root's files then appear as
+``nobody``'s, with their modes, so root-only files are unreadable there too.
+
+The episode's writable folders (``/testbed``, ``/tmp``, home, owned by the sandbox user) live
+in one episode folder that is a size-limited tmpfs when we run as root. Memory, process and
+CPU limits come from a cgroup (v1 or v2) when the cgroup tree is writable, and the cgroup's
+OOM-kill count tells when the memory limit killed a command; otherwise limits come from
+rlimits (an allocation past ``RLIMIT_AS`` fails inside the program, which says so itself).
+``timeout`` bounds every command, and when a command ends its PID namespace dies with
+everything in it.
 
 Example:
     >>> from comprl_gym.envs.swebench.sandbox.bwrap import bwrap_available
@@ -34,7 +44,7 @@ from comprl_gym.envs.swebench.sandbox.base import (
     CommandResult,
     Sandbox,
     SandboxLimits,
-    split_cut,
+    read_oom_kills,
 )
 from comprl_gym.utils import cache_dir
 
@@ -82,6 +92,8 @@ class _Cgroup:
                 path.mkdir()
                 self.paths.append(path)
                 (path / "memory.max").write_text(str(limits.memory_bytes))
+                if (path / "memory.swap.max").exists():
+                    (path / "memory.swap.max").write_text("0")
                 (path / "pids.max").write_text(str(limits.pids))
                 (path / "cpu.max").write_text(f"{int(limits.cpus * 100000)} 100000")
                 return
@@ -101,6 +113,10 @@ class _Cgroup:
                 self.paths.append(path)
                 for key, value in values.items():
                     (path / key).write_text(str(value))
+                if controller == "memory" and (path / "memory.memsw.limit_in_bytes").exists():
+                    # Memory plus swap: the limit is reached (and the OOM killer acts) without
+                    # the command swapping first.
+                    (path / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_bytes))
         except OSError as exc:
             logger.warning("cgroup limits unavailable (%s); using rlimits only", exc)
             self.remove()
@@ -108,6 +124,12 @@ class _Cgroup:
     @property
     def active(self) -> bool:
         return bool(self.paths)
+
+    def oom_kills(self) -> int | None:
+        """Processes the kernel killed for memory in this cgroup so far (``None``: no cgroup)."""
+        counts = [read_oom_kills(path) for path in self.paths]
+        known = [count for count in counts if count is not None]
+        return sum(known) if known else None
 
     def join(self) -> None:
         """Move the calling process into the cgroup (run in the child before exec)."""
@@ -216,19 +238,56 @@ class BubblewrapSandbox(Sandbox):
             )
             if copy.returncode != 0:
                 raise EnvBackendError(f"copying the repository into the sandbox: {copy.stderr}")
+            if os.geteuid() == 0:
+                # The sandbox user owns its repository and home, as in the Docker sandbox.
+                owner = f"{SANDBOX_UID}:{SANDBOX_UID}"
+                for sub in ("testbed", "home"):
+                    subprocess.run(["chown", "-R", owner, str(self.folder / sub)], check=True)
             self.cgroup = _Cgroup(name, self.limits)
         except BaseException:
             self.close()
             raise
 
     def _bwrap_argv(self) -> list[str]:
+        """``bwrap`` and its options, up to the command to run as the sandbox user."""
         folder = self.folder
+        uid = str(SANDBOX_UID)
+        if os.geteuid() == 0:
+            # No user namespace: files keep their owners (root's stay root's, /etc/shadow stays
+            # unreadable, as in Docker). bwrap keeps only what setpriv needs to become the
+            # sandbox user, and setpriv drops every capability on the way (no_new_privs is on).
+            identity = [
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                "--cap-add",
+                "CAP_SETPCAP",
+            ]
+            become_user = [
+                "/usr/bin/setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
+        else:
+            # Unprivileged: a user namespace maps only the caller, as the sandbox user; files
+            # of other owners (root's included) appear as nobody's and keep their modes.
+            identity = ["--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid]
+            become_user = []
         return [
             "bwrap",
-            "--unshare-all",
-            "--unshare-user",
-            "--uid", str(SANDBOX_UID),
-            "--gid", str(SANDBOX_UID),
+            *identity,
             "--hostname", "sandbox",
             "--die-with-parent",
             "--new-session",
@@ -246,6 +305,7 @@ class BubblewrapSandbox(Sandbox):
             "--setenv", "LANG", "C.UTF-8",
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             "--setenv", "PYTHONPATH", "/testbed",
+            *become_user,
         ]  # fmt: skip
 
     def _preexec(self) -> None:
@@ -267,10 +327,12 @@ class BubblewrapSandbox(Sandbox):
             raise EnvBackendError("the bubblewrap sandbox is closed; reset the env")
         if not (self.folder / "testbed").is_dir():
             raise EnvBackendError(f"the sandbox folder {self.folder} is gone; reset the env")
+        seconds = int(max(1, timeout))
         argv = self._bwrap_argv() + [
             "bash", "-c", COMMAND_WRAPPER, "wrapper", command,
-            str(int(max(1, timeout))), str(head_bytes), str(tail_bytes),
+            str(seconds), str(head_bytes), str(tail_bytes),
         ]  # fmt: skip
+        oom_before = self.cgroup.oom_kills()
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -279,20 +341,27 @@ class BubblewrapSandbox(Sandbox):
             start_new_session=True,
             preexec_fn=self._preexec,
         )
+        deadline_passed = False
         try:
             raw, _ = proc.communicate(timeout=timeout + 30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             raw, _ = proc.communicate()
             raw += b"\n[comprl-gym: the sandbox did not return and was killed]"
+            deadline_passed = True
         code = proc.returncode
         if code is not None and code < 0:
             code = 128 - code
-        text, cut = split_cut(raw.decode("utf-8", errors="replace"))
-        if code == 1 and text.startswith("bwrap:"):
-            raise EnvBackendError(f"bubblewrap failed to start the sandbox: {text.strip()}")
-        return CommandResult(
-            returncode=int(code), output=text, timed_out=code in (124, 137), cut_bytes=cut
+        if code == 1 and raw.startswith(b"bwrap:"):
+            text = raw.decode("utf-8", errors="replace").strip()
+            raise EnvBackendError(f"bubblewrap failed to start the sandbox: {text}")
+        oom_after = self.cgroup.oom_kills()
+        return CommandResult.from_wrapper(
+            raw,
+            int(code),
+            seconds,
+            out_of_memory=oom_before is not None and (oom_after or 0) > oom_before,
+            deadline_passed=deadline_passed,
         )
 
     def close(self) -> None:

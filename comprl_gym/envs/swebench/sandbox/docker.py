@@ -34,7 +34,7 @@ from comprl_gym.envs.swebench.sandbox.base import (
     CommandResult,
     Sandbox,
     SandboxLimits,
-    split_cut,
+    read_oom_kills,
 )
 
 logger = logging.getLogger(__name__)
@@ -173,6 +173,8 @@ class DockerSandbox(Sandbox):
         self.container_id = container.id
         Sandbox._live.add(self)
         try:
+            #: Where the host reads the container's OOM-kill count (None: a remote engine).
+            self._memory_cgroup = self._host_cgroup("memory")
             if self.own_image:
                 prepare = f"cp -a {PRISTINE_TESTBED}/. /testbed/"
                 result = self._exec(["bash", "-c", prepare], self.user)
@@ -235,13 +237,14 @@ class DockerSandbox(Sandbox):
         self, command: str, timeout: float, head_bytes: int = 5000, tail_bytes: int = 5000
     ) -> CommandResult:
         self.check_alive()
+        seconds = int(max(1, timeout))
         argv = [
             "bash",
             "-c",
             COMMAND_WRAPPER,
             "wrapper",
             self._prefix + command,
-            str(int(max(1, timeout))),
+            str(seconds),
             str(head_bytes),
             str(tail_bytes),
         ]
@@ -253,6 +256,8 @@ class DockerSandbox(Sandbox):
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 outcome["error"] = exc
 
+        oom_before = self._oom_kills()
+        started = time.time()
         worker = threading.Thread(target=target, daemon=True)
         worker.start()
         # The wrapper's own timeout stops the command; this deadline guards the host against
@@ -266,13 +271,70 @@ class DockerSandbox(Sandbox):
         if "error" in outcome:
             raise outcome["error"]
         code, raw = outcome["result"]
-        text, cut = split_cut(raw.decode("utf-8", errors="replace"))
-        timed_out = code in (124, 137)
-        if timed_out or code in (126, 254) or "fork: Resource temporarily unavailable" in text:
+        result = CommandResult.from_wrapper(raw, code, seconds)
+        killed = result.timed_out or result.signal is not None
+        if oom_before is not None:
+            result.out_of_memory = (self._oom_kills() or 0) > oom_before
+        elif killed:
+            result.out_of_memory = self._oom_event_since(started)
+        if (
+            killed
+            or code in (126, 254)
+            or "fork: Resource temporarily unavailable" in result.output
+        ):
             # Whatever it started in the background goes too.
             self._kill_user_processes()
             self.check_alive()
-        return CommandResult(returncode=code, output=text, timed_out=timed_out, cut_bytes=cut)
+        if result.output_lost:
+            # The wrapper died before removing its output file from the small /run tmpfs.
+            self._exec(["bash", "-c", "rm -f /run/comprl/out.* /tmp/.comprl-out.*"], self.user)
+        return result
+
+    # ---- the container's cgroups, seen from the host ----------------------------------------
+    def _host_cgroup(self, controller: str) -> Path | None:
+        """The container's cgroup folder of ``controller`` (v1) or its v2 folder, on this host.
+
+        ``None`` when the engine is not local or the folder cannot be found.
+        """
+        try:
+            self.container.reload()
+            init_pid = int(self.container.attrs["State"]["Pid"])
+            lines = Path(f"/proc/{init_pid}/cgroup").read_text().splitlines()
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if controller in controllers.split(","):
+                folder = Path(f"/sys/fs/cgroup/{controller}{path}")
+            elif controllers == "":
+                folder = Path(f"/sys/fs/cgroup{path}")
+            else:
+                continue
+            if folder.is_dir():
+                return folder
+        return None
+
+    def _oom_kills(self) -> int | None:
+        """Processes the kernel killed for memory in this container so far (local engine)."""
+        return None if self._memory_cgroup is None else read_oom_kills(self._memory_cgroup)
+
+    def _oom_event_since(self, started: float) -> bool:
+        """Whether the engine reported an ``oom`` event of this container since ``started``.
+
+        For engines whose cgroups this host cannot read. Docker reports ``State.OOMKilled``
+        only when a container's main process dies, not for a command run in it.
+        """
+        try:
+            events = self.client.api.events(
+                since=f"{started:.6f}",  # the engine reads fractional seconds
+                until=f"{time.time() + 0.5:.6f}",
+                filters={"container": self.container_id, "event": "oom"},
+                decode=True,
+            )
+            return any(True for _ in events)
+        except Exception as exc:  # noqa: BLE001 - a missing answer must not break the step
+            logger.debug("reading the oom events of %s failed: %s", self.container_id, exc)
+            return False
 
     def _kill_user_processes(self) -> None:
         """SIGKILL every process in the container except PID 1 (docker-init) and its sleep.
@@ -289,34 +351,26 @@ class DockerSandbox(Sandbox):
             logger.debug("kill -1 in %s failed: %s", self.container_id, exc)
 
     def _kill_from_host(self) -> bool:
+        pids_cgroup = self._host_cgroup("pids")
         try:
-            self.container.reload()
             init_pid = int(self.container.attrs["State"]["Pid"])
-            cgroup_lines = Path(f"/proc/{init_pid}/cgroup").read_text().splitlines()
             keep = {init_pid}
             children = Path(f"/proc/{init_pid}/task/{init_pid}/children").read_text().split()
             keep.update(int(pid) for pid in children)
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        procs_files = []
-        for line in cgroup_lines:
-            _, controllers, path = line.split(":", 2)
-            if controllers in ("pids", ""):
-                base = "/sys/fs/cgroup/pids" if controllers == "pids" else "/sys/fs/cgroup"
-                procs_files.append(f"{base}{path}/cgroup.procs")
-        for procs in procs_files:
-            if not os.path.exists(procs):
-                continue
-            for _ in range(20):
-                pids = [int(p) for p in Path(procs).read_text().split() if int(p) not in keep]
-                if not pids:
-                    return True
-                for pid in pids:
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, 9)
-                time.sleep(0.05)
-            return True
-        return False
+        procs = None if pids_cgroup is None else pids_cgroup / "cgroup.procs"
+        if procs is None or not procs.exists():
+            return False
+        for _ in range(20):
+            pids = [int(p) for p in procs.read_text().split() if int(p) not in keep]
+            if not pids:
+                return True
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+            time.sleep(0.05)
+        return True
 
     def close(self) -> None:
         if self._closed:
