@@ -61,30 +61,70 @@ def _random_case(seed=0, batch=3, tokens=5):
     return logp, old, adv, mask
 
 
-def test_cispo_loss_and_gradient_match_closed_form():
-    logp, old, adv, mask = _random_case()
-    eps_high = 2.0
-    loss = cispo_loss(logp, old, adv, mask, eps_high=eps_high)
+def _three_ratio_case():
+    """Sequence 1: ratios 0.5, 1.0, 2.0 (below, inside, above the clip), A = 2; sequence 2:
+    ratio 2.0 on its one active token, A = -1. Every current probability is 0.5."""
+    logp = torch.log(torch.full((2, 3), 0.5)).requires_grad_()
+    old = torch.log(torch.tensor([[1.0, 0.5, 0.25], [0.25, 0.5, 0.5]]))
+    adv = torch.tensor([2.0, -1.0])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    return logp, old, adv, mask
+
+
+def test_cispo_clip_gradients_by_hand_below_inside_and_above_the_clip():
+    logp, old, adv, mask = _three_ratio_case()
+    # Reference defaults: eps_low = eps_high = 0.1, seq-mean-token-mean.
+    loss = cispo_loss(logp, old, adv, mask)
     loss.backward()
-    w = torch.clamp(torch.exp(logp.detach() - old), max=eps_high)
-    n = mask.sum()
-    expected_loss = (-(w * adv[:, None] * logp.detach()) * mask).sum() / n
-    torch.testing.assert_close(loss.detach(), expected_loss)
-    # d loss / d logp = -w * A * mask / n: the weight is a constant (stop-gradient).
-    expected_grad = -w * adv[:, None] * mask / n
+    # w = clip(r, 0.9, 1.1) = 0.9, 1.0, 1.1 | 1.1. d loss / d logp = -w A / (tokens of the
+    # sequence) / (sequences): -0.9*2/3/2, -1*2/3/2, -1.1*2/3/2 | -1.1*(-1)/1/2.
+    expected = torch.tensor([[-0.3, -1 / 3, -1.1 / 3], [0.55, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+    # value: log 0.5 = -0.693147; (2 * 3 * 0.693147 / 3 - 1.1 * 0.693147) / 2
+    log2 = 0.6931471805599453
+    assert loss.item() == pytest.approx((2 * log2 - 1.1 * log2) / 2)
+
+
+def test_cispo_trl_variant_caps_the_ratio_from_above_only():
+    logp, old, adv, mask = _three_ratio_case()
+    # TRL: w = min(r, epsilon_high) with epsilon_high = 5, i.e. eps_high = 4 here.
+    cispo_loss(logp, old, adv, mask, eps_high=4.0, variant="trl").backward()
+    expected = torch.tensor([[-0.5 * 2 / 6, -2 / 6, -2 * 2 / 6], [1.0, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+    logp.grad = None
+    # a cap below 2 clips the ratio-2 tokens; the ratio-0.5 token keeps 0.5 (no lower clip)
+    cispo_loss(logp, old, adv, mask, eps_high=0.5, variant="trl").backward()
+    expected = torch.tensor([[-0.5 * 2 / 6, -2 / 6, -1.5 * 2 / 6], [0.75, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+    with pytest.raises(ValueError):
+        cispo_loss(logp, old, adv, mask, variant="ppo")
+
+
+def test_cispo_token_normalisation_by_hand():
+    logp, old, adv, mask = _three_ratio_case()
+    cispo_loss(logp, old, adv, mask, normalization="token").backward()
+    # four active tokens: -w A / 4
+    expected = torch.tensor([[-0.9 * 2 / 4, -2 / 4, -1.1 * 2 / 4], [1.1 / 4, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+
+
+def test_cispo_loss_and_gradient_match_closed_form_on_random_ratios():
+    logp, old, adv, mask = _random_case()
+    loss = cispo_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.3)
+    loss.backward()
+    w = torch.clamp(torch.exp(logp.detach() - old), 0.8, 1.3)
+    per_seq = mask.sum(-1, keepdim=True)
+    expected_grad = -w * adv[:, None] * mask / per_seq / 3
     torch.testing.assert_close(logp.grad, expected_grad)
-    # Some ratios were clipped, and those tokens still have a gradient (unlike PPO clipping).
-    clipped = (torch.exp(logp.detach() - old) > eps_high) & (mask > 0)
-    assert clipped.any()
-    assert (logp.grad[clipped] != 0).all()
-    torch.testing.assert_close(
-        logp.grad[clipped], (-eps_high * adv[:, None].expand_as(mask) * mask / n)[clipped]
-    )
+    # Clipped tokens (both sides) still have a gradient, unlike PPO clipping.
+    ratio = torch.exp(logp.detach() - old)
+    clipped = ((ratio > 1.3) | (ratio < 0.8)) & (mask > 0)
+    assert clipped.any() and (logp.grad[clipped] != 0).all()
 
 
 def test_cispo_on_policy_is_reinforce():
     logp, _, adv, mask = _random_case(seed=1)
-    cispo_loss(logp, logp.detach(), adv, mask).backward()
+    cispo_loss(logp, logp.detach(), adv, mask, normalization="token").backward()
     torch.testing.assert_close(logp.grad, -adv[:, None] * mask / mask.sum())
 
 
@@ -144,13 +184,18 @@ def test_extractor_reward_is_mean_outcome_over_trajectories_that_used_it(tmp_pat
     manager.report_outcome([one], won=False)
     manager.report_outcome([one, one, three], won=False)  # shown twice in one trajectory: once
     manager.report_outcome([], won=True)
-    # r(m) = (wins - losses) / uses, worked by hand: one 1 win 2 losses, two 1 win, three 1 loss.
+    # r = (wins - losses) / uses, worked by hand: one 1 win 2 losses, two 1 win, three 1 loss.
     assert generation_reward(manager, [one], min_uses=1) == pytest.approx(-1 / 3)
     assert generation_reward(manager, [two], min_uses=1) == 1.0
     assert generation_reward(manager, [three], min_uses=1) == -1.0
-    assert generation_reward(manager, [one, two], min_uses=1) == pytest.approx((-1 / 3 + 1) / 2)
+    # A generation that wrote two entries: pooled over its (trajectory, entry) uses, as the
+    # reference sums per request_id: 2 wins, 2 losses -> 0.
+    assert generation_reward(manager, [one, two], min_uses=1) == 0.0
     assert generation_reward(manager, [99], min_uses=1) is None  # unknown id: no reward
-    assert generation_reward(manager, [one, two], min_uses=2) == pytest.approx(-1 / 3)
+    assert generation_reward(manager, [one, two], min_uses=5) is None  # 4 uses so far
+    # Counted from a baseline (a merged entry's inherited tallies): one (3 uses, 1 win) -> none.
+    assert generation_reward(manager, [one, two], baseline=(3, 1)) == 1.0
+    assert generation_reward(manager, [one], baseline=(3, 1)) is None
     manager.close()
     reopened = ExperienceManager(tmp_path / "store")  # the tallies are the store's: durable
     assert generation_reward(reopened, [one], min_uses=1) == pytest.approx(-1 / 3)
@@ -186,6 +231,42 @@ def test_extractor_training_weights_come_from_the_managers_one_policy(tmp_path):
     # a: (1 + 2) ** -1 = 1/3; b: (1 + 2) ** -1 = 1/3 but b is cooling down at step 9 (9 - 8 < 2).
     assert weights(9) == [pytest.approx(1 / 3)]
     assert weights(10) == [pytest.approx(1 / 3), pytest.approx(1 / 3)]
+    manager.close()
+
+
+def test_extractor_advantage_is_r_minus_the_batch_mean_times_the_weight(tmp_path):
+    settings = ExperienceSettings(min_uses=1, extractor_batch_size=8)
+    # the reference's training-count weight: power 0.5, cooldown 1 step
+    assert (settings.train_weight_power, settings.train_cooldown_steps) == (0.5, 1)
+    manager = ExperienceManager(tmp_path / "store", config=settings)
+    a, b, c = manager.add(_lessons(3), vectors=_unit_vectors(3, 2))
+    manager.report_outcome([a], won=True)  # r = +1
+    manager.report_outcome([b], won=False)  # r = -1
+    for won in (True, True, False):
+        manager.report_outcome([c], won=won)  # r = (2 - 1) / 3 = 1/3
+    extractor = ExperienceExtractor(None, None, manager, settings)
+    extractor.pending = [
+        ExtractorGeneration([1], [2], [-0.5], [a], actor_step=1),
+        ExtractorGeneration([1], [3], [-0.5], [b], actor_step=1),
+        ExtractorGeneration([1], [4], [-0.5], [c], actor_step=1),
+    ]
+    ready = extractor.ready_samples(2)
+    # mean r = (1 - 1 + 1/3) / 3 = 1/9: A = 8/9, -10/9, 2/9
+    assert [s.advantage for _, s in ready] == pytest.approx([8 / 9, -10 / 9, 2 / 9])
+    assert [s.weight for _, s in ready] == [1.0, 1.0, 1.0]
+    assert [s.meta["reward"] for _, s in ready] == pytest.approx([1, -1, 1 / 3])
+    # the sampler's log-probs are not used as old log-probs: the trainer recomputes them
+    assert all(s.old_logprobs is None for _, s in ready)
+    manager.mark_trained([c], actor_step=2)
+    # inside c's cooldown (2 - 2 < 1) c has weight 0 and leaves the batch: mean r = 0
+    assert [s.advantage for _, s in extractor.ready_samples(2)] == [1.0, -1.0]
+    # after it, c weighs (1 + 1) ** -0.5 and is back in the batch (A unchanged)
+    ready = extractor.ready_samples(3)
+    assert [s.weight for _, s in ready] == pytest.approx([1.0, 1.0, 2**-0.5])
+    assert [s.advantage for _, s in ready] == pytest.approx([8 / 9, -10 / 9, 2 / 9])
+    # a batch of one has no baseline to compare with: advantage 0
+    extractor.settings = ExperienceSettings(min_uses=1, extractor_batch_size=1)
+    assert [s.advantage for _, s in extractor.ready_samples(3)] == [0.0]
     manager.close()
 
 

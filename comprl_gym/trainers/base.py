@@ -161,7 +161,12 @@ class Trainer:
         if not self.trains_extractor:
             extractor_settings.frozen = True
         optimizer = PolicyOptimizer.from_settings(
-            extractor_settings, loss="cispo", cispo_eps_high=cfg.experience.cispo_eps_high
+            extractor_settings,
+            loss="cispo",
+            cispo_eps_low=cfg.experience.cispo_eps_low,
+            cispo_eps_high=cfg.experience.cispo_eps_high,
+            cispo_variant=cfg.experience.cispo_variant,
+            normalization=cfg.experience.cispo_normalization,
         )
         backend = TransformersBackend(
             model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
@@ -193,11 +198,8 @@ class Trainer:
         assert self.extractor is not None
         episodes: list[Trajectory] = job["episodes"]
         step = job["step"]
-        groups: dict[int, list[Trajectory]] = {}
-        for e in episodes:
-            groups.setdefault(e.group, []).append(e)
-        for group in groups.values():
-            self.extractor.write_from_group(group, step)
+        self.extractor.distill(episodes, step)
+        self.extractor.credit_refinements(episodes, step)
         # Warm-up builds the store only: no extractor update (reference: buffer collection and
         # training wait for ``_warmup_complete``).
         train = self.trains_extractor and not job.get("warmup", False)
@@ -206,7 +208,7 @@ class Trainer:
             self.extractor_stats.append(stats)
         if len(self.manager) >= 2:
             try:  # the manager owns the schedule (merge_interval_steps)
-                if self.manager.maybe_merge(step, self.extractor.merge_window) is not None:
+                if self.extractor.maybe_merge(step) is not None:
                     self.merges += 1
             except Exception:  # a bad merge answer must not stop training
                 logger.exception("merging the experience store failed; the store is unchanged")
@@ -501,7 +503,8 @@ class Trainer:
             record["store_size"] = len(self.manager)
             record["extractor/updates"] = self.extractor.updates
             record["extractor/pending"] = len(self.extractor.pending)
-            record["extractor/failed_writes"] = self.extractor.failed_writes
+            for key, value in self.extractor.counts.to_dict().items():
+                record[f"extractor/{key}"] = value
             record["worker_backlog"] = self.worker.backlog if self.worker else 0
             while self.extractor_stats:
                 stats = self.extractor_stats.pop(0)

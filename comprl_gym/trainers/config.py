@@ -89,11 +89,33 @@ class ExperienceSettings(ExperienceConfig):
     search_and_ask_budget: int = 2
     #: Folder of the experience store; empty means ``<output_dir>/experience``.
     store_dir: str = ""
-    #: Experiences the extractor writes per finished task group (from its best and worst rollout).
+    #: Which finished trajectories the extractor reads: ``with_experience`` (the reference:
+    #: every trajectory played with experience, one extraction each, never the other half) or
+    #: ``group`` (``experiences_per_group`` per task group, a win first).
+    distill: Literal["with_experience", "group"] = "with_experience"
+    #: Trajectories the extractor reads per task group in ``distill: group`` mode.
     experiences_per_group: int = 1
-    #: CISPO ratio cap (TRL ``epsilon_high`` for ``loss_type="cispo"``; ScaleRL recommends 5).
-    cispo_eps_high: float = 5.0
-    #: Experiences per extractor update (CISPO batch).
+    #: What the extractor writes: ``operations`` (the reference: add / update / return as JSON
+    #: in ``<answer>``, memories as ``<title>..</title><content>..</content>``) or ``plain``
+    #: (one sentence of advice, for tiny models).
+    extractor_format: Literal["operations", "plain"] = "operations"
+    #: Longest interaction text shown to the extractor (characters; the goal and the last
+    #: messages are kept, the middle is folded into one line).
+    extractor_transcript_chars: int = 6000
+    #: CISPO lower clip: ``w = clip(ratio, 1 - eps_low, 1 + eps_high)`` (reference
+    #: ``memory_cispo_epsilon_low`` 0.1).
+    cispo_eps_low: float = 0.1
+    #: CISPO upper clip (reference ``memory_cispo_epsilon_high`` 0.1); with ``cispo_variant:
+    #: trl`` the ratio is capped at ``1 + cispo_eps_high`` only (TRL's ``epsilon_high`` 5 is
+    #: ``cispo_eps_high: 4``).
+    cispo_eps_high: float = 0.1
+    #: ``clip`` (the paper and reference: two-sided clip) or ``trl`` (TRL: upper cap only).
+    cispo_variant: Literal["clip", "trl"] = "clip"
+    #: Extractor loss aggregation: ``sequence`` (mean over each sample's tokens, then over
+    #: samples: the reference's ``seq-mean-token-mean``) or ``token`` (over all tokens).
+    cispo_normalization: Literal["sequence", "token"] = "sequence"
+    #: Extractor generations per CISPO update; the advantage baseline is this batch's mean r
+    #: (reference 64; a batch of one has advantage 0 and trains nothing).
     extractor_batch_size: int = 4
     #: An experience needs this many actor trajectories that used it before it is rewarded.
     min_uses: int = 1
@@ -117,6 +139,11 @@ class ExperienceSettings(ExperienceConfig):
         if self.inject_top_k < 0 or self.search_and_ask_budget < 0:
             raise ConfigurationError(
                 "experience.inject_top_k and experience.search_and_ask_budget must be >= 0"
+            )
+        if not (0 <= self.cispo_eps_low < 1 and self.cispo_eps_high >= 0):
+            raise ConfigurationError(
+                "experience.cispo_eps_low must be in [0, 1) and cispo_eps_high >= 0, got "
+                f"{self.cispo_eps_low} and {self.cispo_eps_high}"
             )
         if self.max_pending_iterations < 0 or self.warmup_iterations < 0:
             raise ConfigurationError(

@@ -124,7 +124,9 @@ class PolicyOptimizer:
         loss: Literal["clipped", "cispo"] = "clipped",
         clip_eps_low: float = 0.2,
         clip_eps_high: float = 0.28,
-        cispo_eps_high: float = 5.0,
+        cispo_eps_low: float = 0.1,
+        cispo_eps_high: float = 0.1,
+        cispo_variant: Literal["clip", "trl"] = "clip",
         normalization: Literal["sequence", "token"] = "sequence",
     ):
         if loss not in ("clipped", "cispo"):
@@ -135,7 +137,9 @@ class PolicyOptimizer:
         self.loss = loss
         self.clip_eps_low = clip_eps_low
         self.clip_eps_high = clip_eps_high
+        self.cispo_eps_low = cispo_eps_low
         self.cispo_eps_high = cispo_eps_high
+        self.cispo_variant = cispo_variant
         self.normalization = normalization
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.steps = 0
@@ -249,9 +253,12 @@ class PolicyOptimizer:
                     old,
                     batch["advantages"],
                     batch["mask"],
+                    eps_low=self.cispo_eps_low,
                     eps_high=self.cispo_eps_high,
-                    normalization="token",
+                    variant=self.cispo_variant,
+                    normalization=self.normalization,
                     num_tokens=num_tokens,
+                    num_sequences=num_sequences,
                 )
             else:
                 loss, extra = clipped_pg_loss(
