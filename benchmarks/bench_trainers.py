@@ -11,7 +11,15 @@ generations are buffered), ``accelerator.backward`` and its optimiser.
 task family with the same seeds and the same number of rollouts and plots success curves and
 the actor's wait time for experience.
 
-Results go to ``benchmarks/results/trainers_*.json`` and ``.png``.
+``python benchmarks/bench_trainers.py paper-table --config configs/paper-table-cpu.yaml``
+reproduces the paper's comparison at the scale a config sets: the untrained actor, GRPO,
+static experience (frozen extractor), experience-only (frozen actor) and Complementary RL, each
+trained from the same YAML with the same budget and seeds, then evaluated greedily on the same
+held-out tasks without and (where a store exists) with experience. Success is pooled over seeds
+with a Wilson 95% interval, with per-seed rates and their spread beside it. A GPU run is the
+same command with a config whose models and budget fit the device.
+
+Results go to ``benchmarks/results/trainers_*.json``, ``paper_table.json`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -239,6 +247,124 @@ def learning(args: argparse.Namespace) -> dict:
     return result
 
 
+#: The paper's table (arXiv 2603.17621, 3-task mix): success by method and evaluation mode.
+PAPER_TABLE = {
+    ("grpo", "without_experience"): 0.75,
+    ("static_experience", "with_experience"): 0.59,
+    ("static_experience", "without_experience"): 0.54,
+    ("experience_only", "with_experience"): 0.33,
+    ("complementary", "with_experience"): 0.82,
+    ("complementary", "without_experience"): 0.78,
+}
+METHODS = ("untrained", "grpo", "static_experience", "experience_only", "complementary")
+
+
+def paper_table(args: argparse.Namespace) -> dict:
+    """Train every method from one config with the same seeds and budget; evaluate all alike."""
+    import torch
+
+    from comprl_gym.evaluation.stats import seed_summary
+    from comprl_gym.trainers import TrainConfig, make_trainer
+
+    torch.set_num_threads(args.threads)
+    outcomes: dict[str, dict[str, dict[str, dict[int, list[float]]]]] = {}
+    runs: dict[str, dict[int, dict]] = {}
+    for method in args.methods:
+        for seed in args.seeds:
+            overrides = [
+                f"algorithm={'grpo' if method == 'untrained' else method}",
+                f"seed={seed}",
+                f"output_dir={Path(args.output_dir) / f'{method}-seed{seed}'}",
+                "resume=false",
+                *args.set,
+            ]
+            config = TrainConfig.from_yaml(args.config, overrides)
+            trainer = make_trainer(config)
+            try:
+                if method == "untrained":
+                    summary = {"evaluation": trainer.evaluate(), "train_time_s": 0.0}
+                else:
+                    summary = trainer.train()
+            finally:
+                trainer.close()
+            runs.setdefault(method, {})[seed] = summary
+            for env_id, row in summary["evaluation"].items():
+                for mode, cell in row.items():
+                    wins = round(cell["success"] * cell["episodes"])
+                    outcome = [1.0] * wins + [0.0] * (cell["episodes"] - wins)
+                    per_env = outcomes.setdefault(method, {}).setdefault(env_id, {})
+                    per_env.setdefault(mode, {})[seed] = outcome
+            print(f"{method} seed {seed}: {summary['evaluation']}", flush=True)
+    table = []
+    for method, per_env in outcomes.items():
+        for env_id, modes in per_env.items():
+            for mode, by_seed in modes.items():
+                summary = seed_summary(by_seed)
+                table.append(
+                    {
+                        "method": method,
+                        "env_id": env_id,
+                        "mode": mode,
+                        "paper": PAPER_TABLE.get((method, mode)),
+                        "train_time_s": [runs[method][s]["train_time_s"] for s in args.seeds],
+                        **summary,
+                    }
+                )
+    result = {"args": vars(args), "table": table}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    _plot_paper_table(result, out.with_suffix(".png"))
+    print("\n| method | env | mode | success (pooled, 95% Wilson) | per seed | paper |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for row in table:
+        pooled = row["pooled"]
+        seeds = ", ".join(f"{v['mean']:.2f}" for v in row["per_seed"].values())
+        paper = "" if row["paper"] is None else f"{row['paper']:.2f}"
+        print(
+            f"| {row['method']} | {row['env_id'].split('/')[-1]} | {row['mode']} | "
+            f"{pooled['mean']:.2f} [{pooled['low']:.2f}, {pooled['high']:.2f}] | {seeds} | {paper} |"
+        )
+    return result
+
+
+def _plot_paper_table(result: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["table"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4))
+    for i, row in enumerate(rows):
+        pooled = row["pooled"]
+        color = "tab:blue" if row["mode"] == "with_experience" else "tab:gray"
+        ax.bar(
+            i,
+            pooled["mean"],
+            color=color,
+            yerr=[[pooled["mean"] - pooled["low"]], [pooled["high"] - pooled["mean"]]],
+            capsize=3,
+        )
+        for rate in (v["mean"] for v in row["per_seed"].values()):
+            ax.plot(i, rate, "k.", alpha=0.6)
+        if row["paper"] is not None:
+            ax.plot(i, row["paper"], "r_", markersize=18)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(
+        [
+            f"{r['method']}\n{'with' if r['mode'] == 'with_experience' else 'w/o'} exp."
+            for r in rows
+        ],
+        fontsize=7,
+    )
+    ax.set_ylabel("held-out success (pooled, Wilson 95%)")
+    ax.set_ylim(0, 1)
+    ax.set_title("Paper table at this config's scale (dots: seeds; red: paper)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
 def _plot_learning(result: dict) -> None:
     import matplotlib
 
@@ -297,8 +423,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-tasks", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--output-dir", default=tempfile.mkdtemp(prefix="bench-trainers-"))
+    p = sub.add_parser("paper-table", help="every method from one config, same seeds and budget")
+    p.add_argument("--config", default="configs/paper-table-cpu.yaml")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=str(RESULTS / "paper_table.json"))
+    p.add_argument("--output-dir", default=tempfile.mkdtemp(prefix="bench-paper-table-"))
     args = parser.parse_args(argv)
-    (throughput if args.what == "throughput" else learning)(args)
+    {"throughput": throughput, "learning": learning, "paper-table": paper_table}[args.what](args)
     return 0
 
 

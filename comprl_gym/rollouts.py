@@ -12,7 +12,9 @@ without ``act_batch`` (scripted ones) work too: each episode gets its own agent 
 
 Every model call becomes a :class:`Turn` with the prompt and completion token ids, the
 completion logprobs and a loss mask (prompt and env text 0, model tokens 1), so a trainer can
-rebuild exactly what was sampled. Trajectories round-trip through JSONL. Callers attach their
+rebuild exactly what was sampled. A multi-turn agent's turns share a context ``segment``:
+:meth:`Trajectory.training_sequences` turns each segment into ONE training sequence (the
+reference's one sequence per trajectory). Trajectories round-trip through JSONL. Callers attach their
 own per-episode fields in ``Trajectory.meta`` (evaluation its result key, trainers the task
 group and the experience half).
 
@@ -79,6 +81,8 @@ class Turn:
     invalid_action: bool = False
     gen_time_s: float = 0.0
     env_time_s: float = 0.0
+    #: The multi-turn context segment of this turn's prompt (``None``: a stand-alone prompt).
+    segment: int | None = None
 
     def loss_mask(self) -> list[int]:
         """1 for each token the model produced, 0 for the prompt (env text is never trained)."""
@@ -86,6 +90,18 @@ class Turn:
 
     def input_ids(self) -> list[int]:
         return self.prompt_token_ids + self.completion_token_ids
+
+
+@dataclass
+class TrainingSequence:
+    """One sequence to train on: token ids, a loss mask that is 1 exactly on the tokens the
+    model sampled, and the sampler's log-probs aligned with the ids (0.0 under mask 0;
+    ``None`` when the sampler gave none)."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float] | None
+    turns: int
 
 
 @dataclass
@@ -163,13 +179,82 @@ class Trajectory:
         text = "\n".join(lines)
         return text if len(text) <= max_chars else "...\n" + text[-max_chars:]
 
-    def training_samples(self) -> list[tuple[list[int], list[int], list[float] | None]]:
-        """``(input_ids, loss_mask, completion_logprobs)`` per model call."""
-        return [
-            (t.input_ids(), t.loss_mask(), t.completion_logprobs)
-            for t in self.turns
-            if t.completion_token_ids
-        ]
+    @property
+    def num_segments(self) -> int:
+        """Training sequences this episode yields in trajectory mode (context segments, each
+        stand-alone turn counting as one)."""
+        return len(self._segment_runs())
+
+    def _segment_runs(self) -> list[list[Turn]]:
+        runs: list[list[Turn]] = []
+        for turn in self.turns:
+            if not turn.completion_token_ids:
+                continue  # a scripted step: no model tokens
+            if runs and turn.segment is not None and runs[-1][-1].segment == turn.segment:
+                runs[-1].append(turn)
+            else:
+                runs.append([turn])
+        return runs
+
+    def training_sequences(self, mode: str = "trajectory") -> list[TrainingSequence]:
+        """The sequences a trainer learns from.
+
+        ``trajectory``: one sequence per context segment (one per episode unless the context
+        budget folded it): the last turn's prompt and completion, which contain every earlier
+        turn of the segment token for token; the mask is 1 on each turn's completion and 0 on
+        system, user, tool and end-of-turn tokens. Reference:
+        ``roll/pipeline/agentic/env_manager/traj_env_manager.py::formulate_rollouts``.
+        ``turn``: one sequence per model call (its prompt masked).
+
+        Example:
+            >>> t = Trajectory("e", "id", "f", "0", "", 0, turns=[
+            ...     Turn(0, "", "a", prompt_token_ids=[1, 2], completion_token_ids=[3],
+            ...          completion_logprobs=[-0.5], segment=0),
+            ...     Turn(1, "", "b", prompt_token_ids=[1, 2, 3, 9, 4], completion_token_ids=[5, 6],
+            ...          completion_logprobs=[-0.1, -0.2], segment=0)])
+            >>> [seq] = t.training_sequences()
+            >>> seq.input_ids, seq.loss_mask
+            ([1, 2, 3, 9, 4, 5, 6], [0, 0, 1, 0, 0, 1, 1])
+            >>> seq.logprobs
+            [0.0, 0.0, -0.5, 0.0, 0.0, -0.1, -0.2]
+            >>> len(t.training_sequences("turn"))
+            2
+        """
+        if mode == "turn":
+            runs = [[t] for t in self.turns if t.completion_token_ids]
+        elif mode == "trajectory":
+            runs = self._segment_runs()
+        else:
+            raise ComprlGymError(f"mode must be 'trajectory' or 'turn', got {mode!r}")
+        return [self._sequence(run) for run in runs]
+
+    def _sequence(self, run: list[Turn]) -> TrainingSequence:
+        last = run[-1]
+        ids = last.prompt_token_ids + last.completion_token_ids
+        mask = [0] * len(ids)
+        logprobs: list[float] | None = [0.0] * len(ids)
+        previous_end = 0
+        for turn in run:
+            start = len(turn.prompt_token_ids)
+            if ids[:start] != turn.prompt_token_ids or start < previous_end:
+                raise DataError(
+                    f"episode {self.episode_id}",
+                    f"turn {turn.step}'s prompt does not extend the earlier turns of segment "
+                    f"{turn.segment}: not a token-in/token-out conversation",
+                )
+            end = start + len(turn.completion_token_ids)
+            if ids[start:end] != turn.completion_token_ids:
+                raise DataError(
+                    f"episode {self.episode_id}", f"turn {turn.step}'s completion was changed"
+                )
+            mask[start:end] = [1] * (end - start)
+            lps = turn.completion_logprobs
+            if logprobs is not None and lps is not None and len(lps) == end - start:
+                logprobs[start:end] = list(lps)
+            else:
+                logprobs = None
+            previous_end = end
+        return TrainingSequence(ids, mask, logprobs, len(run))
 
 
 def append_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> None:
@@ -430,6 +515,7 @@ class RolloutWorker:
                 if generation.completion_logprobs is not None
                 else None
             )
+            turn.segment = getattr(decision, "segment", None)
             traj.prompt_tokens += generation.num_prompt_tokens or _estimate(decision, "prompt")
             traj.completion_tokens += generation.num_completion_tokens or _estimate(
                 decision, "completion"

@@ -27,7 +27,7 @@ from comprl_gym.experience import (
     SentenceTransformerEmbedder,
     default_embedder,
     parse_extractor_output,
-    parse_merge_output,
+    parse_merge_items,
 )
 from comprl_gym.experience.operations import ExperienceText
 
@@ -166,8 +166,11 @@ def test_concurrent_writers_and_readers_lose_nothing_and_agree(tmp_path, embedde
                     )
                 elif op < 0.8 and acked[w]:
                     victim = acked[w].pop(rng.randrange(len(acked[w])))
-                    result = m.apply_operations([Operation("drop", (1,))], [victim])
-                    assert result.ok and result.dropped == [victim]
+                    text = ExperienceText(f"u{w}-{n}", "", f"replaces {victim}")
+                    result = m.apply_operations([Operation("update", (1,), text)], [victim])
+                    [(new_id, replaced)] = result.updated.items()
+                    assert result.ok and replaced == [victim]
+                    acked[w].append(new_id)
                     dropped[w].append(victim)
                 else:
                     m.report_outcome(rng.sample(seed_ids, 3), won=rng.random() < 0.5)
@@ -210,36 +213,67 @@ def test_concurrent_writers_and_readers_lose_nothing_and_agree(tmp_path, embedde
 GOOD = """<think>The agent circled the room.</think>
 <answer>
 [
-  {"function_name": "add", "parameters": {"new_memory": "## Title: Walk to stairs\\n## Description: lit rooms\\n## Content: Move toward '>' directly."}},
-  {"function_name": "update", "parameters": {"idx": [1, 2], "updated_memory": "<title>Doors</title><content>Open doors before walking through.</content>"}},
-  {"function_name": "drop", "parameters": {"idx": [3]}},
+  {"function_name": "add", "parameters": {"new_memory": "<title>Walk to stairs</title><content>Move toward '>' directly.</content>"}},
+  {"function_name": "update", "parameters": {"target_idx": [1, 2], "new_memory": "<title>Doors</title><content>Open doors before walking through.</content>"}},
   {"function_name": "upvote", "parameters": {"idx": [4]}}
 ]
 </answer>"""
 
 
-def test_parse_well_formed_extractor_output():
+def test_parse_reference_format_extractor_output():
     ops = parse_extractor_output(GOOD, n_shown=4)
-    assert [(o.kind, o.idx) for o in ops] == [
-        ("add", ()),
-        ("update", (1, 2)),
-        ("drop", (3,)),
-        ("upvote", (4,)),
-    ]
-    assert ops[0].text == ExperienceText("Walk to stairs", "lit rooms", "Move toward '>' directly.")
-    assert (
-        ops[1].text.title == "Doors" and ops[1].text.content == "Open doors before walking through."
+    assert [(o.kind, o.idx) for o in ops] == [("add", ()), ("update", (1, 2)), ("upvote", (4,))]
+    assert ops[0].text == ExperienceText("Walk to stairs", "", "Move toward '>' directly.")
+    assert ops[1].text == ExperienceText("Doors", "", "Open doors before walking through.")
+    # ``return`` declines: nothing to write, alone, as a bare dict, or as the older ``[]``.
+    for declined in (
+        '<think>nothing new</think><answer>[{"function_name": "return"}]</answer>',
+        '<answer>{"function_name": "return"}</answer>',
+        "<answer>return</answer>",
+        "<answer>[]</answer>",
+    ):
+        assert parse_extractor_output(declined, n_shown=2) == []
+    # ``return`` ends the list: what follows it is not applied (reference executor).
+    after = (
+        '<answer>[{"function_name": "add", "parameters": {"new_memory": "<title>A</title>'
+        '<content>first lesson</content>"}}, {"function_name": "return"}, {"function_name": '
+        '"add", "parameters": {"new_memory": "never"}}]</answer>'
     )
-    assert parse_extractor_output("<think>nothing new</think><answer>[]</answer>") == []
-    assert parse_extractor_output("<answer>return</answer>") == []
+    assert [o.text.title for o in parse_extractor_output(after)] == ["A"]
+    # update: target_idx outside the shown entries are ignored; none left makes it an add.
+    outside = (
+        '<answer>[{"function_name": "update", "parameters": {"target_idx": [2, 9], '
+        '"new_memory": "<title>U</title><content>better</content>"}}]</answer>'
+    )
+    assert parse_extractor_output(outside, n_shown=2)[0].idx == (2,)
+    assert parse_extractor_output(outside, n_shown=1)[0].idx == ()
+    # Older spellings still parse: idx / updated_memory / ## Title blocks / a fenced list.
+    old = (
+        '<answer>```json\n[{"function_name": "update", "parameters": {"idx": [1], '
+        '"updated_memory": "## Title: T\\n## Description: D\\n## Content: C"}}]\n```</answer>'
+    )
+    assert parse_extractor_output(old, n_shown=1)[0].text == ExperienceText("T", "D", "C")
     fenced = '<answer>```json\n[{"function_name": "add", "parameters": {"new_memory": "Plain lesson text"}}]\n```</answer>'
     assert parse_extractor_output(fenced)[0].text.content == "Plain lesson text"
-    merge = parse_merge_output(
-        '<answer>[{"function_name": "merge", "parameters": {"idx": [1, 2], "merged_memory": "x y"}},'
-        ' {"function_name": "keep", "parameters": {"idx": [3]}}]</answer>',
-        3,
-    )
-    assert [o.kind for o in merge] == ["merge", "keep"]
+
+
+def test_parse_merge_items_reference_format():
+    item = "<<<KNOWLEDGE_ITEM>>>\n<title>Stairs</title>\n<content>Walk toward the staircase.</content>\n<<<END_ITEM>>>"
+    assert [
+        i.title for i in parse_merge_items(f"<think>t</think><answer>{item}\n{item}</answer>")
+    ] == [
+        "Stairs",
+        "Stairs",
+    ]
+    assert parse_merge_items("<answer> return </answer>") == []
+    assert parse_merge_items('<answer>{"function_name": "return"}</answer>') == []
+    # the reference drops items of 30 characters or fewer and placeholders
+    short = "<<<KNOWLEDGE_ITEM>>>too short<<<END_ITEM>>>"
+    placeholder = "<<<KNOWLEDGE_ITEM>>>[Your merged knowledge content placeholder]<<<END_ITEM>>>"
+    assert len(parse_merge_items(f"<answer>{short}{item}{placeholder}</answer>")) == 1
+    for broken in ("no answer", "<answer>merged everything</answer>", f"<answer>{short}</answer>"):
+        with pytest.raises(ExtractorOutputError):
+            parse_merge_items(broken)
 
 
 @pytest.mark.parametrize(
@@ -253,9 +287,12 @@ def test_parse_well_formed_extractor_output():
         '<answer>[{"function_name": "explode", "parameters": {}}]</answer>',
         '<answer>[{"function_name": "add", "parameters": {}}]</answer>',
         '<answer>[{"function_name": "add", "parameters": {"new_memory": "   "}}]</answer>',
-        '<answer>[{"function_name": "drop", "parameters": {"idx": [9]}}]</answer>',
-        '<answer>[{"function_name": "drop", "parameters": {"idx": []}}]</answer>',
-        '<answer>[{"function_name": "update", "parameters": {"idx": ["1"], "updated_memory": "x"}}]</answer>',
+        # the reference has no drop
+        '<answer>[{"function_name": "drop", "parameters": {"target_idx": [1]}}]</answer>',
+        '<answer>[{"function_name": "update", "parameters": {"target_idx": [], "new_memory": "x"}}]</answer>',
+        '<answer>[{"function_name": "update", "parameters": {"target_idx": ["1"], "new_memory": "x"}}]</answer>',
+        '<answer>[{"function_name": "update", "parameters": {"target_idx": [1]}}]</answer>',
+        '<answer>[{"function_name": "upvote", "parameters": {"target_idx": [9]}}]</answer>',
         "<answer>[1, 2]</answer>",
     ],
 )
@@ -281,7 +318,7 @@ def test_parser_never_fails_other_than_with_extractor_output_error(text):
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["add", "update", "drop"]),
+            st.sampled_from(["add", "update"]),
             st.lists(st.integers(1, 5), min_size=1, max_size=3),
             st.text(
                 alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40
@@ -295,9 +332,7 @@ def test_well_formed_operations_round_trip(spec):
 
     items = []
     for kind, idx, text in spec:
-        params = {"new_memory": text} if kind == "add" else {"idx": idx}
-        if kind == "update":
-            params["updated_memory"] = text
+        params = {"new_memory": text} if kind == "add" else {"target_idx": idx, "new_memory": text}
         items.append({"function_name": kind, "parameters": params})
     ops = parse_extractor_output(f"<think>t</think><answer>{json.dumps(items)}</answer>", n_shown=5)
     assert [o.kind for o in ops] == [k for k, _, _ in spec]
@@ -322,7 +357,7 @@ def test_apply_operations_is_atomic_and_keeps_provenance(manager):
     assert result.ok, result.error
     [added] = result.added
     [(updated, replaced)] = result.updated.items()
-    assert replaced == [ids[0], ids[1]] and result.dropped == [ids[2]] and result.voted == [ids[3]]
+    assert replaced == [ids[0], ids[1]] and result.voted == [ids[3]]
     assert result.written_ids == [added, updated]
     new = manager.get_one(updated)
     assert new.merged_from == [ids[0], ids[1]] and new.env_family == "minihack"
@@ -333,14 +368,17 @@ def test_apply_operations_is_atomic_and_keeps_provenance(manager):
         new.policy_version,
     ) == (["task-7"], ["traj-7a", "traj-7b"], 42, "v9")
     old = manager.get([ids[0], ids[1], ids[2]])
-    assert [e.status for e in old] == ["merged", "merged", "dropped"] and old[
+    assert [e.status for e in old] == ["merged", "merged", "active"] and old[
         0
     ].replaced_by == updated
     assert manager.get_one(ids[3]).upvotes == 1
     assert manager.check_consistency()["ok"]
-    # atomicity: a valid add followed by an out-of-range drop applies nothing
+    # atomicity: a valid add followed by an out-of-range update applies nothing
     count = len(manager)
-    bad = [Operation("add", (), ExperienceText("t", "d", "c")), Operation("drop", (7,))]
+    bad = [
+        Operation("add", (), ExperienceText("t", "d", "c")),
+        Operation("update", (7,), ExperienceText("u", "", "c")),
+    ]
     assert not manager.apply_operations(bad, ids).ok and len(manager) == count
 
 
@@ -379,45 +417,78 @@ def test_dedupe_retires_near_duplicates_and_keeper_inherits_stats(manager):
     assert manager.dedupe(threshold=0.99) == [] and manager.check_consistency()["ok"]
 
 
-def test_merge_slides_over_the_whole_store_with_provenance(manager):
+def _knowledge(title: str) -> str:
+    return f"<<<KNOWLEDGE_ITEM>>>\n<title>{title}</title>\n<content>{title} merged, a lesson long enough to keep.</content>\n<<<END_ITEM>>>"
+
+
+def test_merge_chunks_a_family_sequentially_and_carries_each_answer(manager):
+    """12 entries, chunks of 5: the calls see 5, 5 + carry, 2 + carry (reference
+    ``_merge_single_task``); the last answer is the result, applied atomically."""
     vectors = unit(12, 12)
     ids = []
     for i in range(12):
         ids += manager.add(
             [lesson(i)],
             Provenance(task_ids=(f"task-{i}",), trajectory_ids=(f"tr-{i}",)),
+            env_family="minihack",
             vectors=vectors[i : i + 1],
         )
-    seen: list[list[int]] = []
+    manager.add([lesson("alone")], env_family="alfworld", vectors=unit(1, 99))  # a family of 1
+    seen: list[list[str]] = []
 
-    def extractor(window):
-        seen.append([e.id for e in window])
-        if len(seen) == 2:
-            return "<think>broken</think> no answer here"
-        return (
-            '<think>first two overlap</think><answer>[{"function_name": "merge", "parameters": {"idx": [1, 2], '
-            '"merged_memory": "## Title: merged\\n## Description: both\\n## Content: combined"}}, '
-            '{"function_name": "drop", "parameters": {"idx": [3]}}]</answer>'
-        )
+    def extractor(texts):
+        seen.append(list(texts))
+        return f"<think>t</think><answer>{_knowledge(f'merged {len(seen)}')}</answer>"
 
+    assert manager.config.merge_window == 5
     report = manager.merge(extractor, actor_step=77, policy_version="v2")
-    covered = [i for window in seen for i in window]
-    assert sorted(covered) == sorted(ids) and len(covered) == len(set(covered))  # every entry, once
-    assert report.pass_complete and report.failed_windows == 1 and report.windows == len(seen)
-    assert len(report.merged) == len(seen) - 1 and len(report.dropped) == len(seen) - 1
-    for new_id, sources in report.merged.items():
-        new = manager.get_one(new_id)
-        assert new.merged_from == sources and new.created_step == 77 and new.policy_version == "v2"
-        assert sorted(new.source_task_ids) == sorted(f"task-{ids.index(s)}" for s in sources)
-        assert all(e.status == "merged" and e.replaced_by == new_id for e in manager.get(sources))
-    untouched = seen[1]
-    assert all(e.status == "active" for e in manager.get(untouched))
-    assert manager.check_consistency()["ok"]
-    # maybe_merge runs only every merge_interval_steps (4 by default)
-    assert manager.config.merge_interval_steps == 4
-    assert manager.maybe_merge(100, lambda w: "<answer>[]</answer>") is not None
-    assert manager.maybe_merge(103, lambda w: "<answer>[]</answer>") is None
-    assert manager.maybe_merge(104, lambda w: "<answer>[]</answer>") is not None
+    assert [len(call) for call in seen] == [5, 6, 3]  # 5, 5 + 1 carried, 2 + 1 carried
+    assert seen[1][-1].startswith("<title>merged 1</title>") and seen[2][-1].startswith(
+        "<title>merged 2</title>"
+    )
+    assert all(
+        t.startswith("<title>lesson") for t in seen[0]
+    )  # stored entries as the reference's tags
+    [scope] = report.scopes
+    assert report.calls == 3 and scope.calls == [0, 1, 2] and scope.answer_call == 2
+    [(new_id, sources)] = report.merged.items()
+    assert sorted(sources) == sorted(ids) and scope.new_ids == [new_id]
+    new = manager.get_one(new_id)
+    assert new.title == "merged 3" and new.env_family == "minihack" and new.created_step == 77
+    assert new.policy_version == "v2" and sorted(new.source_task_ids) == sorted(
+        f"task-{i}" for i in range(12)
+    )
+    assert all(e.status == "merged" and e.replaced_by == new_id for e in manager.get(ids))
+    assert len(manager) == 2 and manager.check_consistency()["ok"]
+    # maybe_merge runs only every merge_interval_steps (5, the reference's merging_interval)
+    assert manager.config.merge_interval_steps == 5
+    assert manager.maybe_merge(100, lambda t: "<answer>return</answer>") is not None
+    assert manager.maybe_merge(104, lambda t: "<answer>return</answer>") is None
+    assert manager.maybe_merge(105, lambda t: "<answer>return</answer>") is not None
+
+
+def test_merge_keeps_a_chunk_on_return_or_a_bad_answer(manager):
+    ids = manager.add([lesson(i) for i in range(7)], env_family="minihack", vectors=unit(7, 5))
+    calls = []
+
+    def extractor(texts):
+        calls.append(len(texts))
+        return "<answer>return</answer>" if len(calls) == 1 else "<think>no answer</think>"
+
+    report = manager.merge(extractor)
+    # chunk 1 returned: nothing carried; chunk 2 (2 entries) failed: kept
+    assert calls == [5, 2] and report.failed_calls == 1 and report.merged == {}
+    assert report.scopes[0].answer_call is None
+    assert all(e.status == "active" for e in manager.get(ids))
+
+    # chunk 1 merged, chunk 2 failed: chunk 1's answer is stored, chunk 2 kept as it was
+    def first_only(texts):
+        return f"<answer>{_knowledge('first')}</answer>" if len(texts) == 5 else "garbage"
+
+    report = manager.merge(first_only)
+    [(new_id, sources)] = report.merged.items()
+    assert sorted(sources) == ids[:5] and report.scopes[0].answer_call == 0
+    assert [e.status for e in manager.get(ids[5:])] == ["active", "active"]
 
 
 def test_search_and_ask_with_refiner_and_failing_refiner(manager):
@@ -453,7 +524,13 @@ def test_async_api(manager):
 
 
 def test_a_merged_entry_inherits_the_tallies_of_what_it_merged(manager):
-    a, b, c = manager.add([lesson(i) for i in range(3)], vectors=unit(3, 21))
+    a, b, c = manager.add(  # real embeddings: each input goes to the nearest merged item
+        [
+            "<title>Stairs</title><content>Walk to the staircase down, the '>' sign.</content>",
+            "<title>Reach the stairs</title><content>Move toward the staircase down.</content>",
+            "<title>Heat food</title><content>Put the egg in the microwave to heat it.</content>",
+        ]
+    )
     manager.report_outcome([a, b], won=True)
     manager.report_outcome([a], won=False)
     manager.report_outcome([b, c], won=True)
@@ -462,18 +539,21 @@ def test_a_merged_entry_inherits_the_tallies_of_what_it_merged(manager):
     before = {e.id: e for e in manager.get([a, b, c])}
     assert all(before[i].retrieval_count == 1 for i in (a, b, c))
 
-    def merge_a_and_b(window):
-        idx = [[e.id for e in window].index(i) + 1 for i in (a, b)]
-        return [Operation("merge", tuple(idx), ExperienceText("ab", "both", "a and b"))]
+    def merge_into_two(texts):
+        return [
+            "<title>Stairs</title><content>Walk toward the staircase down.</content>",
+            "<title>Heating</title><content>Heat food in the microwave.</content>",
+        ]
 
-    report = manager.merge(merge_a_and_b)
-    [(new_id, sources)] = report.merged.items()
-    assert sorted(sources) == [a, b]
+    report = manager.merge(merge_into_two)
+    (new_id, sources), (heat_id, heat_sources) = report.merged.items()
+    assert sorted(sources) == [a, b] and heat_sources == [c]
     new = manager.get_one(new_id)
     # by hand: a used 2 times (1 win), b 2 times (2 wins); one retrieval each
     assert (new.uses, new.wins, new.retrieval_count) == (4, 3, 2)
     assert new.reward == pytest.approx((2 * 3 - 4) / 4)
-    assert (manager.get_one(c).uses, manager.get_one(c).wins) == (1, 1)  # untouched
+    heat = manager.get_one(heat_id)
+    assert (heat.uses, heat.wins, heat.retrieval_count) == (1, 1, 1)  # c's, conserved
     # An outcome reported later for the merged entry adds to the inherited tallies.
     manager.report_outcome([new_id], won=False)
     assert (manager.get_one(new_id).uses, manager.get_one(new_id).wins) == (5, 3)

@@ -287,3 +287,29 @@ def test_the_actor_is_told_about_the_tool_once_and_sees_injected_texts(manager):
     # the injected experiences stay in info through the episode
     *_, info = env.step("search_and_ask[what now?]")
     assert [e["id"] for e in info["experiences"]] == [e["id"] for e in env.injection.injected]
+
+
+def test_experiences_shown_once_when_the_agent_puts_them_in_its_system_prompt(manager):
+    plain = ExperienceAugmentedEnv(CounterEnv(), manager, inject_top_k=2, search_budget=0)
+    shown, info = plain.reset(seed=0)
+    texts = [e["text"] for e in info["experiences"]]
+    assert texts and shown.startswith("Lessons from past experience")
+    quiet = ExperienceAugmentedEnv(
+        CounterEnv(), manager, inject_top_k=2, search_budget=0, experiences_in_observation=False
+    )
+    obs, info = quiet.reset(seed=0)
+    assert [e["text"] for e in info["experiences"]] == texts  # still in info
+    assert not obs.startswith("Lessons from past experience") and shown.endswith(obs)
+    # The agent's prompt then carries each lesson once, in the system message.
+    messages = build_messages(
+        "minihack",
+        info["task"],
+        [],
+        obs,
+        info["admissible_actions"],
+        PromptConfig(),
+        experiences=texts,
+    )
+    first_line = " ".join(texts[0].split())
+    assert messages[0]["content"].count(first_line) == 1
+    assert first_line not in messages[1]["content"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import threading
 
@@ -171,3 +172,66 @@ def test_a_server_answering_garbage_gives_a_clear_error():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+# ---- token-in/token-out ------------------------------------------------------------------------
+def test_generate_ids_keeps_the_given_prompt_ids_and_matches_text_generation(tiny):
+    params = SamplingParams(max_tokens=5, temperature=0)
+    from_text = tiny.generate(PROMPTS, params)
+    ids = [tiny.tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+    # A prompt that re-tokenising its text would not give back (two tokens spelling one).
+    whole = ids[0]
+    odd = [
+        i for ch in PROMPTS[0] for i in tiny.tokenizer(ch, add_special_tokens=False)["input_ids"]
+    ]
+    assert odd != whole and tiny.tokenizer.decode(odd) == PROMPTS[0]
+    from_ids = tiny.generate_ids([*ids, odd], params)
+    for text_gen, id_gen, prompt_ids in zip(from_text, from_ids, ids):
+        assert id_gen.prompt_token_ids == prompt_ids
+        assert id_gen.completion_token_ids == text_gen.completion_token_ids
+        assert id_gen.completion_logprobs == pytest.approx(text_gen.completion_logprobs, abs=1e-5)
+    assert from_ids[-1].prompt_token_ids == odd  # token-in: never re-tokenised
+    expected = teacher_forced_logprobs(tiny.model, odd, from_ids[-1].completion_token_ids)
+    assert from_ids[-1].completion_logprobs == pytest.approx(expected, abs=2e-4)
+
+
+def test_a_stop_string_completion_holds_only_sampled_tokens(tiny):
+    """A row that stops on a stop string is padded while the others run on: the padding is not
+    sampled and must not be in the completion (the next turn's prompt extends these ids)."""
+    params = SamplingParams(max_tokens=12, temperature=1.0, seed=3)
+    free = tiny.generate(PROMPTS, params)
+    # A stop string that ends one row early and appears in no other row.
+    row, stop = next(
+        (r, gen.text[i : i + 3])
+        for r, gen in enumerate(free)
+        for i in range(len(gen.text) - 6)
+        if gen.text[i : i + 3].isalpha()
+        and not any(gen.text[i : i + 3] in other.text for other in free if other is not gen)
+    )
+    stopped = tiny.generate(PROMPTS, dataclasses.replace(params, stop=(stop,)))
+    gen = stopped[row]
+    assert gen.finish_reason == "stop" and gen.text.endswith(stop)
+    n = len(gen.completion_token_ids)
+    assert n < len(free[row].completion_token_ids)
+    assert gen.completion_token_ids == free[row].completion_token_ids[:n]  # sampled, no padding
+    assert gen.completion_logprobs == pytest.approx(free[row].completion_logprobs[:n])
+    assert stop in tiny.tokenizer.decode(gen.completion_token_ids)
+    assert stop not in tiny.tokenizer.decode(gen.completion_token_ids[:-1])
+    for other, original in zip(stopped, free):  # the other rows are untouched
+        if other is not gen:
+            assert other.completion_token_ids == original.completion_token_ids
+
+
+def test_openai_backend_cannot_take_token_prompts_and_the_agent_falls_back(server, caplog):
+    from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
+    from comprl_gym.agents.prompts import PromptConfig
+
+    client = OpenAIBackend(server.url, tokenizer="tiny")
+    assert not client.supports_token_prompts
+    with pytest.raises(ValueError, match="token ids"):
+        client.generate_ids([[1, 2, 3]], SamplingParams(max_tokens=2))
+    config = LLMAgentConfig(prompt=PromptConfig(conversation="multi_turn"))
+    with caplog.at_level("WARNING"):
+        agent = LLMAgent(client, config)
+    assert not agent.multi_turn and "falls back to windowed" in caplog.text
+    assert LLMAgent(TransformersBackend("tiny"), config).multi_turn

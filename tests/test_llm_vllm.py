@@ -91,3 +91,38 @@ def test_llm_agent_acts_for_many_episodes_in_one_vllm_call(engine, monkeypatch):
         assert isinstance(decision.action, str) and decision.action
     for env in envs:
         env.close()
+
+
+def test_multi_turn_episodes_on_vllm_are_token_in_token_out(engine, hf_model):
+    """vLLM takes the conversation as token ids (TokensPrompt): each prompt extends the last
+    prompt and completion exactly, and the trained ids are the sampled ids."""
+    import gymnasium as gym
+
+    import comprl_gym  # noqa: F401
+    from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
+    from comprl_gym.agents.prompts import PromptConfig
+    from comprl_gym.rollouts import collect_rollouts
+
+    odd = [
+        i for ch in PROMPTS[0] for i in engine.tokenizer(ch, add_special_tokens=False)["input_ids"]
+    ]
+    [gen] = engine.generate_ids([odd], SamplingParams(max_tokens=4, temperature=0))
+    assert gen.prompt_token_ids == odd  # not re-tokenised
+    expected = teacher_forced_logprobs(hf_model, odd, gen.completion_token_ids)
+    assert gen.completion_logprobs == pytest.approx(expected, abs=5e-3)
+
+    prompt = PromptConfig(conversation="multi_turn")
+    agent = LLMAgent(engine, LLMAgentConfig(max_tokens=4, seed=0, prompt=prompt))
+    assert agent.multi_turn
+    envs = [gym.make("comprl/MiniHack-Room-5x5-v0", max_steps=3) for _ in range(2)]
+    trajs = collect_rollouts(envs, agent, seeds=[0, 1])
+    for traj in trajs:
+        assert len(traj.turns) == 3
+        for turn, after in zip(traj.turns, traj.turns[1:]):
+            done = turn.prompt_token_ids + turn.completion_token_ids
+            assert after.prompt_token_ids[: len(done)] == done
+        [sequence] = traj.training_sequences()
+        trained = [i for i, m in zip(sequence.input_ids, sequence.loss_mask) if m]
+        assert trained == [i for turn in traj.turns for i in turn.completion_token_ids]
+    for env in envs:
+        env.close()

@@ -138,8 +138,125 @@ def test_trainer_play_returns_trajectories_with_group_and_half(tmp_path):
         ("comprl/WebShop-v0", 4, 1, False),
     ]
     samples = trainer.actor_samples(trajs)
-    # One sample per model call, carrying exactly the sampled tokens and their logprobs.
+    # One sample per episode (multi-turn, no fold at this size): the last turn's prompt and
+    # completion, with every turn's sampled tokens, and only those, trained.
+    assert len(samples) == len(trajs) and all(t.num_segments == 1 for t in trajs)
+    for sample, traj in zip(samples, trajs):
+        last = traj.turns[-1]
+        assert sample.input_ids == last.prompt_token_ids + last.completion_token_ids
+        trained = [i for i, m in zip(sample.input_ids, sample.action_mask) if m]
+        assert trained == [i for turn in traj.turns for i in turn.completion_token_ids]
+    # The per-turn option: one sample per model call.
+    trainer.config.sample_mode = "turn"
     turns = [turn for t in trajs for turn in t.turns if turn.completion_token_ids]
-    assert len(samples) == len(turns) > 0
-    for sample, turn in zip(samples, turns):
+    per_turn = trainer.actor_samples(trajs)
+    assert len(per_turn) == len(turns) > len(trajs)
+    for sample, turn in zip(per_turn, turns):
         assert sample.input_ids == turn.prompt_token_ids + turn.completion_token_ids
+
+
+# ---- multi-turn, token-in/token-out --------------------------------------------------------------
+LESSON = "Walk toward the staircase symbol and never stop next to a wall."
+
+
+def _spy_backend(monkeypatch):
+    """A real tiny backend whose generate_ids calls are recorded (prompt ids in, completion out)."""
+    from comprl_gym.llm.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend("tiny")
+    calls: list[tuple[list[int], list[int], list[float]]] = []
+    original = backend.generate_ids
+
+    def recording(prompts, params):
+        out = original(prompts, params)
+        calls.extend(
+            (list(p), list(g.completion_token_ids), list(g.completion_logprobs))
+            for p, g in zip(prompts, out)
+        )
+        return out
+
+    monkeypatch.setattr(backend, "generate_ids", recording)
+    return backend, calls
+
+
+def _multi_turn_agent(backend, context: int = 2048):
+    from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
+    from comprl_gym.agents.prompts import PromptConfig
+
+    prompt = PromptConfig(conversation="multi_turn", max_context_tokens=context)
+    return LLMAgent(backend, LLMAgentConfig(max_tokens=6, seed=0, prompt=prompt))
+
+
+def test_a_three_turn_minihack_trajectory_trains_exactly_the_sampled_tokens(tmp_path, monkeypatch):
+    from comprl_gym.experience import ExperienceManager
+    from comprl_gym.wrappers import ExperienceAugmentedEnv
+
+    manager = ExperienceManager(str(tmp_path / "store"))
+    manager.add(
+        [f"## Title: Stairs\n## Description: rooms\n## Content: {LESSON}"], env_family="minihack"
+    )
+    env = ExperienceAugmentedEnv(
+        gym.make(ROOM, max_steps=3),
+        manager,
+        inject_top_k=1,
+        search_budget=0,
+        report_outcomes=False,
+        experiences_in_observation=False,
+    )
+    backend, calls = _spy_backend(monkeypatch)
+    [traj] = RolloutWorker([env], agent=_multi_turn_agent(backend)).run([0])
+    env.close()
+    manager.close()
+    assert len(traj.turns) == 3 == len(calls) and traj.num_segments == 1
+    assert [t.segment for t in traj.turns] == [0, 0, 0]
+
+    # The prompt of turn t+1 starts with the FULL ids of turn t: prompt, then the completion.
+    for (prompt, completion, _), (next_prompt, _, _) in zip(calls, calls[1:]):
+        assert next_prompt[: len(prompt) + len(completion)] == prompt + completion
+        closing = next_prompt[len(prompt) + len(completion) :][:2]
+        im_end = backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        # The template's end of turn follows the reply as prompt tokens when it lacks it.
+        assert closing[0] == im_end or completion[-1] == im_end
+
+    # One sequence; the ids trained are the ids sampled, in order, and nothing else.
+    [sequence] = traj.training_sequences()
+    trained = [i for i, m in zip(sequence.input_ids, sequence.loss_mask) if m]
+    assert trained == [i for _, completion, _ in calls for i in completion]
+    assert sequence.input_ids == calls[-1][0] + calls[-1][1]
+    sampled_lps = [lp for _, _, lps in calls for lp in lps]
+    assert [lp for lp, m in zip(sequence.logprobs, sequence.loss_mask) if m] == sampled_lps
+    # Every masked-out token is prompt text: system, user messages, template tokens.
+    masked = backend.tokenizer.decode(
+        [i for i, m in zip(sequence.input_ids, sequence.loss_mask) if not m]
+    )
+    assert masked.count("<|im_start|>user") == 3 and masked.count("<|im_start|>system") == 1
+    # The experience sits in the system prompt, once, for the whole episode.
+    text = backend.tokenizer.decode(sequence.input_ids)
+    assert text.count(LESSON) == 1
+    assert LESSON in text.split("<|im_start|>user")[0]
+    assert LESSON not in traj.turns[0].observation
+
+
+def test_a_tiny_context_budget_folds_into_segments_and_drops_no_sampled_token(monkeypatch):
+    backend, calls = _spy_backend(monkeypatch)
+    env = gym.make(ROOM, max_steps=4)
+    [free] = RolloutWorker([env], agent=_multi_turn_agent(backend)).run([2])
+    first_prompt = len(calls[0][0])
+    calls.clear()
+    # Turn 0 fits; turn 1 (the first prompt + its reply + a new message) cannot.
+    budget = first_prompt + 6 + 4
+    [traj] = RolloutWorker([env], agent=_multi_turn_agent(backend, context=budget)).run([2])
+    env.close()
+    assert len(traj.turns) == 4 and traj.num_segments >= 2
+    assert traj.turns[0].segment == 0 and traj.turns[1].segment == 1
+    sequences = traj.training_sequences()
+    assert len(sequences) == traj.num_segments
+    # Every sampled token is in exactly one segment's masked-in ids, in order.
+    trained = [i for s in sequences for i, m in zip(s.input_ids, s.loss_mask) if m]
+    assert trained == [i for _, completion, _ in calls for i in completion]
+    # The new segment opens with the system prompt and the one-line summary of the folded turn.
+    second = backend.tokenizer.decode(traj.turns[1].prompt_token_ids)
+    assert second.startswith("<|im_start|>system\n")
+    assert f"Earlier: 1 steps, actions: {traj.turns[0].action}." in second
+    assert second.count("<|im_start|>system") == 1
+    assert free.num_segments == 1

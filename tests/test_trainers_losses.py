@@ -61,30 +61,70 @@ def _random_case(seed=0, batch=3, tokens=5):
     return logp, old, adv, mask
 
 
-def test_cispo_loss_and_gradient_match_closed_form():
-    logp, old, adv, mask = _random_case()
-    eps_high = 2.0
-    loss = cispo_loss(logp, old, adv, mask, eps_high=eps_high)
+def _three_ratio_case():
+    """Sequence 1: ratios 0.5, 1.0, 2.0 (below, inside, above the clip), A = 2; sequence 2:
+    ratio 2.0 on its one active token, A = -1. Every current probability is 0.5."""
+    logp = torch.log(torch.full((2, 3), 0.5)).requires_grad_()
+    old = torch.log(torch.tensor([[1.0, 0.5, 0.25], [0.25, 0.5, 0.5]]))
+    adv = torch.tensor([2.0, -1.0])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    return logp, old, adv, mask
+
+
+def test_cispo_clip_gradients_by_hand_below_inside_and_above_the_clip():
+    logp, old, adv, mask = _three_ratio_case()
+    # Reference defaults: eps_low = eps_high = 0.1, seq-mean-token-mean.
+    loss = cispo_loss(logp, old, adv, mask)
     loss.backward()
-    w = torch.clamp(torch.exp(logp.detach() - old), max=eps_high)
-    n = mask.sum()
-    expected_loss = (-(w * adv[:, None] * logp.detach()) * mask).sum() / n
-    torch.testing.assert_close(loss.detach(), expected_loss)
-    # d loss / d logp = -w * A * mask / n: the weight is a constant (stop-gradient).
-    expected_grad = -w * adv[:, None] * mask / n
+    # w = clip(r, 0.9, 1.1) = 0.9, 1.0, 1.1 | 1.1. d loss / d logp = -w A / (tokens of the
+    # sequence) / (sequences): -0.9*2/3/2, -1*2/3/2, -1.1*2/3/2 | -1.1*(-1)/1/2.
+    expected = torch.tensor([[-0.3, -1 / 3, -1.1 / 3], [0.55, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+    # value: log 0.5 = -0.693147; (2 * 3 * 0.693147 / 3 - 1.1 * 0.693147) / 2
+    log2 = 0.6931471805599453
+    assert loss.item() == pytest.approx((2 * log2 - 1.1 * log2) / 2)
+
+
+def test_cispo_trl_variant_caps_the_ratio_from_above_only():
+    logp, old, adv, mask = _three_ratio_case()
+    # TRL: w = min(r, epsilon_high) with epsilon_high = 5, i.e. eps_high = 4 here.
+    cispo_loss(logp, old, adv, mask, eps_high=4.0, variant="trl").backward()
+    expected = torch.tensor([[-0.5 * 2 / 6, -2 / 6, -2 * 2 / 6], [1.0, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+    logp.grad = None
+    # a cap below 2 clips the ratio-2 tokens; the ratio-0.5 token keeps 0.5 (no lower clip)
+    cispo_loss(logp, old, adv, mask, eps_high=0.5, variant="trl").backward()
+    expected = torch.tensor([[-0.5 * 2 / 6, -2 / 6, -1.5 * 2 / 6], [0.75, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+    with pytest.raises(ValueError):
+        cispo_loss(logp, old, adv, mask, variant="ppo")
+
+
+def test_cispo_token_normalisation_by_hand():
+    logp, old, adv, mask = _three_ratio_case()
+    cispo_loss(logp, old, adv, mask, normalization="token").backward()
+    # four active tokens: -w A / 4
+    expected = torch.tensor([[-0.9 * 2 / 4, -2 / 4, -1.1 * 2 / 4], [1.1 / 4, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+
+
+def test_cispo_loss_and_gradient_match_closed_form_on_random_ratios():
+    logp, old, adv, mask = _random_case()
+    loss = cispo_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.3)
+    loss.backward()
+    w = torch.clamp(torch.exp(logp.detach() - old), 0.8, 1.3)
+    per_seq = mask.sum(-1, keepdim=True)
+    expected_grad = -w * adv[:, None] * mask / per_seq / 3
     torch.testing.assert_close(logp.grad, expected_grad)
-    # Some ratios were clipped, and those tokens still have a gradient (unlike PPO clipping).
-    clipped = (torch.exp(logp.detach() - old) > eps_high) & (mask > 0)
-    assert clipped.any()
-    assert (logp.grad[clipped] != 0).all()
-    torch.testing.assert_close(
-        logp.grad[clipped], (-eps_high * adv[:, None].expand_as(mask) * mask / n)[clipped]
-    )
+    # Clipped tokens (both sides) still have a gradient, unlike PPO clipping.
+    ratio = torch.exp(logp.detach() - old)
+    clipped = ((ratio > 1.3) | (ratio < 0.8)) & (mask > 0)
+    assert clipped.any() and (logp.grad[clipped] != 0).all()
 
 
 def test_cispo_on_policy_is_reinforce():
     logp, _, adv, mask = _random_case(seed=1)
-    cispo_loss(logp, logp.detach(), adv, mask).backward()
+    cispo_loss(logp, logp.detach(), adv, mask, normalization="token").backward()
     torch.testing.assert_close(logp.grad, -adv[:, None] * mask / mask.sum())
 
 
@@ -144,13 +184,18 @@ def test_extractor_reward_is_mean_outcome_over_trajectories_that_used_it(tmp_pat
     manager.report_outcome([one], won=False)
     manager.report_outcome([one, one, three], won=False)  # shown twice in one trajectory: once
     manager.report_outcome([], won=True)
-    # r(m) = (wins - losses) / uses, worked by hand: one 1 win 2 losses, two 1 win, three 1 loss.
+    # r = (wins - losses) / uses, worked by hand: one 1 win 2 losses, two 1 win, three 1 loss.
     assert generation_reward(manager, [one], min_uses=1) == pytest.approx(-1 / 3)
     assert generation_reward(manager, [two], min_uses=1) == 1.0
     assert generation_reward(manager, [three], min_uses=1) == -1.0
-    assert generation_reward(manager, [one, two], min_uses=1) == pytest.approx((-1 / 3 + 1) / 2)
+    # A generation that wrote two entries: pooled over its (trajectory, entry) uses, as the
+    # reference sums per request_id: 2 wins, 2 losses -> 0.
+    assert generation_reward(manager, [one, two], min_uses=1) == 0.0
     assert generation_reward(manager, [99], min_uses=1) is None  # unknown id: no reward
-    assert generation_reward(manager, [one, two], min_uses=2) == pytest.approx(-1 / 3)
+    assert generation_reward(manager, [one, two], min_uses=5) is None  # 4 uses so far
+    # Counted from a baseline (a merged entry's inherited tallies): one (3 uses, 1 win) -> none.
+    assert generation_reward(manager, [one, two], baseline=(3, 1)) == 1.0
+    assert generation_reward(manager, [one], baseline=(3, 1)) is None
     manager.close()
     reopened = ExperienceManager(tmp_path / "store")  # the tallies are the store's: durable
     assert generation_reward(reopened, [one], min_uses=1) == pytest.approx(-1 / 3)
@@ -186,6 +231,42 @@ def test_extractor_training_weights_come_from_the_managers_one_policy(tmp_path):
     # a: (1 + 2) ** -1 = 1/3; b: (1 + 2) ** -1 = 1/3 but b is cooling down at step 9 (9 - 8 < 2).
     assert weights(9) == [pytest.approx(1 / 3)]
     assert weights(10) == [pytest.approx(1 / 3), pytest.approx(1 / 3)]
+    manager.close()
+
+
+def test_extractor_advantage_is_r_minus_the_batch_mean_times_the_weight(tmp_path):
+    settings = ExperienceSettings(min_uses=1, extractor_batch_size=8)
+    # the reference's training-count weight: power 0.5, cooldown 1 step
+    assert (settings.train_weight_power, settings.train_cooldown_steps) == (0.5, 1)
+    manager = ExperienceManager(tmp_path / "store", config=settings)
+    a, b, c = manager.add(_lessons(3), vectors=_unit_vectors(3, 2))
+    manager.report_outcome([a], won=True)  # r = +1
+    manager.report_outcome([b], won=False)  # r = -1
+    for won in (True, True, False):
+        manager.report_outcome([c], won=won)  # r = (2 - 1) / 3 = 1/3
+    extractor = ExperienceExtractor(None, None, manager, settings)
+    extractor.pending = [
+        ExtractorGeneration([1], [2], [-0.5], [a], actor_step=1),
+        ExtractorGeneration([1], [3], [-0.5], [b], actor_step=1),
+        ExtractorGeneration([1], [4], [-0.5], [c], actor_step=1),
+    ]
+    ready = extractor.ready_samples(2)
+    # mean r = (1 - 1 + 1/3) / 3 = 1/9: A = 8/9, -10/9, 2/9
+    assert [s.advantage for _, s in ready] == pytest.approx([8 / 9, -10 / 9, 2 / 9])
+    assert [s.weight for _, s in ready] == [1.0, 1.0, 1.0]
+    assert [s.meta["reward"] for _, s in ready] == pytest.approx([1, -1, 1 / 3])
+    # the sampler's log-probs are not used as old log-probs: the trainer recomputes them
+    assert all(s.old_logprobs is None for _, s in ready)
+    manager.mark_trained([c], actor_step=2)
+    # inside c's cooldown (2 - 2 < 1) c has weight 0 and leaves the batch: mean r = 0
+    assert [s.advantage for _, s in extractor.ready_samples(2)] == [1.0, -1.0]
+    # after it, c weighs (1 + 1) ** -0.5 and is back in the batch (A unchanged)
+    ready = extractor.ready_samples(3)
+    assert [s.weight for _, s in ready] == pytest.approx([1.0, 1.0, 2**-0.5])
+    assert [s.advantage for _, s in ready] == pytest.approx([8 / 9, -10 / 9, 2 / 9])
+    # a batch of one has no baseline to compare with: advantage 0
+    extractor.settings = ExperienceSettings(min_uses=1, extractor_batch_size=1)
+    assert [s.advantage for _, s in extractor.ready_samples(3)] == [0.0]
     manager.close()
 
 
@@ -246,3 +327,159 @@ def test_update_moves_probability_towards_positive_advantage_and_lora_trains_ada
         state = {k: v.clone() for k, v in opt.model.state_dict().items()}
         assert opt.update([TrainSample([5, 6, 7], [0, 1, 1], advantage=0.0)])["samples"] == 0
         assert all(torch.equal(state[k], v) for k, v in opt.model.state_dict().items())
+
+
+# ------------------------------------------------------------------------------ actor samples
+def _episode(n_turns: int, reward: float, group: int = 0, with_experience: bool = False):
+    """A hand-made multi-turn episode: each turn adds 2 prompt tokens and samples 2 tokens."""
+    from comprl_gym.rollouts import Trajectory, Turn
+
+    ids: list[int] = []
+    turns = []
+    for step in range(n_turns):
+        prompt = ids + [900 + step, 901]
+        completion = [10 + step, 11 + step]
+        turns.append(
+            Turn(
+                step,
+                "",
+                "a",
+                prompt_token_ids=prompt,
+                completion_token_ids=completion,
+                completion_logprobs=[-1.0, -2.0],
+                segment=0,
+            )
+        )
+        ids = prompt + completion
+    meta = {"group": group, "with_experience": with_experience}
+    return Trajectory("e", "id", "f", "0", "", 0, turns=turns, score=reward, meta=meta)
+
+
+def _actor_samples(episodes, uses_experience: bool, **overrides):
+    """Trainer.actor_samples without loading models: it reads only config and rewards."""
+    from types import SimpleNamespace
+
+    from comprl_gym.trainers.base import Trainer
+
+    cfg = TrainConfig.from_dict({"reward": "score", **overrides})
+    stub = SimpleNamespace(config=cfg, uses_experience=uses_experience)
+    stub.episode_reward = lambda e: Trainer.episode_reward(stub, e)
+    return Trainer.actor_samples(stub, episodes)
+
+
+def test_actor_advantages_are_r_minus_mean_within_each_group_half_by_default():
+    # One task group, K=8: rollouts 0-3 without experience, 4-7 with (the reference's K/2).
+    rewards = [1, 0, 0, 0, 1, 1, 0, 1]
+    episodes = [_episode(1, r, with_experience=i >= 4) for i, r in enumerate(rewards)]
+    samples = _actor_samples(episodes, uses_experience=True)
+    # By hand: without-half mean 1/4 -> 3/4, -1/4, -1/4, -1/4; with-half mean 3/4 ->
+    # 1/4, 1/4, -3/4, 1/4. No division by the std (reference method "mean").
+    assert [s.advantage for s in samples] == [0.75, -0.25, -0.25, -0.25, 0.25, 0.25, -0.75, 0.25]
+    scaled = _actor_samples(episodes, uses_experience=True, scale_advantages=True)
+    a = 0.75 / (0.5 + 1e-4)  # std (ddof 1) of [1, 0, 0, 0] is 1/2
+    assert scaled[0].advantage == pytest.approx(a)
+    config = TrainConfig()
+    assert (config.clip_eps_low, config.clip_eps_high) == (0.2, 0.2)
+    assert (config.sample_mode, config.loss_normalization) == ("trajectory", "sequence")
+
+
+def test_a_short_win_and_a_long_loss_weigh_the_same_per_trajectory():
+    """seq-mean-token-mean: a win in 3 turns at +A and a loss in 8 turns at -A net zero."""
+    episodes = [_episode(3, 1.0), _episode(8, 0.0)]  # one group: A = +1/2 and -1/2
+    samples = _actor_samples(episodes, uses_experience=False)
+    assert len(samples) == 2 and [s.num_action_tokens for s in samples] == [6, 16]
+    assert [s.advantage for s in samples] == [0.5, -0.5]
+    # The trained ids are the sampled ones.
+    assert [i for i, m in zip(samples[0].input_ids, samples[0].action_mask) if m] == [
+        10,
+        11,
+        11,
+        12,
+        12,
+        13,
+    ]
+
+    def loss_and_grads(batch):
+        width = max(len(s.input_ids) for s in batch)
+        mask = torch.tensor(
+            [s.action_mask + [0] * (width - len(s.action_mask)) for s in batch], dtype=torch.float32
+        )
+        logp = torch.full((len(batch), width), -1.0, requires_grad=True)
+        adv = torch.tensor([s.advantage * s.weight for s in batch])
+        loss, _ = clipped_pg_loss(logp, logp.detach(), adv, mask, normalization="sequence")
+        loss.backward()
+        return loss.item(), logp.grad.sum(dim=1)
+
+    loss, grads = loss_and_grads(samples)
+    # Ratio 1: loss = -(1/2)(+1/2 + -1/2) = 0; each trajectory's gradient mass is -A/2.
+    assert loss == pytest.approx(0.0)
+    assert grads.tolist() == pytest.approx([-0.25, 0.25])
+    # Per-turn samples (the old way): 3 at +1/2 and 8 at -1/2 over 11 sequences:
+    # loss = -(3 * 0.5 - 8 * 0.5) / 11 = 2.5 / 11, the long loss outweighs the short win.
+    per_turn = _actor_samples(episodes, uses_experience=False, sample_mode="turn")
+    assert len(per_turn) == 11
+    loss, grads = loss_and_grads(per_turn)
+    assert loss == pytest.approx(2.5 / 11)
+    assert grads[:3].sum().item() == pytest.approx(-3 * 0.5 / 11)
+
+
+def test_a_folded_trajectory_still_weighs_one():
+    from comprl_gym.rollouts import Trajectory
+
+    folded = _episode(4, 1.0)
+    for turn in folded.turns[2:]:  # turns 2-3 in a new segment whose prompt restarts
+        turn.segment = 1
+        turn.prompt_token_ids = turn.prompt_token_ids[-6:]
+    second = folded.turns[3]
+    second.prompt_token_ids = folded.turns[2].prompt_token_ids + [12, 13, 903, 901]
+    plain = _episode(2, 0.0)
+    assert isinstance(folded, Trajectory) and folded.num_segments == 2
+    samples = _actor_samples([folded, plain], uses_experience=False)
+    assert [s.weight for s in samples] == [0.5, 0.5, 1.0]
+    assert sum(s.num_action_tokens for s in samples[:2]) == 8  # every sampled token, once
+
+
+def test_old_logprobs_for_a_reused_batch_are_the_trainers_own_before_the_first_step():
+    """Several epochs on one batch clip against the policy before the update (the reference
+    recomputes old log-probs with the trainer); on the first epoch the ratio is exactly 1."""
+    from conftest import teacher_forced_logprobs
+
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    torch.manual_seed(0)
+    opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-2), loss="clipped")
+    samples = [
+        TrainSample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], advantage=1.0),
+        TrainSample([5, 6, 7], [0, 1, 1], advantage=-1.0),
+    ]
+    filled = opt.fill_old_logprobs(samples)
+    for sample in filled:
+        ids = sample.input_ids
+        expected = teacher_forced_logprobs(opt.model, ids[:1], ids[1:])
+        assert sample.old_logprobs[0] == 0.0
+        assert sample.old_logprobs[1:] == pytest.approx(expected, abs=1e-5)
+    first = opt.update(filled)
+    assert first["clip_fraction"] == 0.0
+    second = opt.update(filled)  # the policy moved (lr 1e-2): the ratio now leaves 1 +- 0.2
+    assert second["clip_fraction"] > 0.0
+
+
+def test_token_logprobs_at_chosen_positions_match_teacher_forcing():
+    from conftest import teacher_forced_logprobs
+
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.losses import token_logprobs
+    from comprl_gym.trainers.policy import load_causal_lm
+
+    model, _ = load_causal_lm(ModelSettings(model="tiny"))
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    expected = teacher_forced_logprobs(model, ids[:1], ids[1:])  # log p(ids[t+1] | ids[:t+1])
+    with torch.no_grad():
+        got = token_logprobs(
+            model,
+            torch.tensor([ids]),
+            torch.ones(1, len(ids), dtype=torch.long),
+            positions=torch.tensor([1, 4, 5]),
+        )
+    assert got[0].tolist() == pytest.approx([expected[1], expected[4], expected[5]], abs=1e-5)

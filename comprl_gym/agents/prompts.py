@@ -1,10 +1,19 @@
 """Actor prompt templates — the only place they live; each family's action grammar comes from
 its :class:`~comprl_gym.families.FamilySpec`.
 
-Every step the actor sees one conversation: a system message (who it is, the action grammar
-of the env family, the answer format) and a user message (the task, a window of recent
-observations and actions, the current observation, the admissible actions as a numbered
-list). Small models copy a *number* from a numbered list far more reliably than a command
+Two conversation modes (:attr:`PromptConfig.conversation`):
+
+* ``multi_turn`` (the trainers' default, as the reference implementation): ONE growing chat per
+  episode. Step 0 is the system message (action grammar and the episode's experiences) and a
+  user message (task, first observation, admissible actions, answer instruction); every later
+  step appends the model's reply exactly as sampled and a user message with the observation
+  it produced (:func:`turn_message`; a ``tool`` message for a search_and_ask answer). The agent
+  builds these prompts as token ids (:mod:`comprl_gym.agents.conversation`).
+* ``windowed``: every step a fresh system + user message with a window of recent observations
+  and actions (:func:`build_messages`); for evaluation of tiny models and backends that
+  cannot take token ids.
+
+In both the admissible actions are a numbered list. Small models copy a *number* from a numbered list far more reliably than a command
 from a comma list (measured with SmolLM2-135M on ALFWorld: 0 of 120 vs 3 of 3), so when an env
 lists its actions the model may answer with the number.
 
@@ -24,6 +33,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from comprl_gym.core import ConfigurationError
 from comprl_gym.families import family_spec
 
 #: A placeholder inside an action, as in ``search[<query>]``.
@@ -31,6 +41,9 @@ TEMPLATE_PATTERN = re.compile(r"<[^<>]+>")
 
 #: The action grammar of a family whose spec gives none.
 GENERIC_GRAMMAR = "You act in a text environment. An action is a short command."
+
+#: How the actor's conversation grows (see :class:`PromptConfig`).
+CONVERSATION_MODES = ("multi_turn", "windowed")
 
 EXPERIENCE_HEADER = "Lessons learned in earlier episodes (use the ones that apply to this task):"
 
@@ -40,7 +53,16 @@ class PromptConfig:
     """How the actor prompt is rendered.
 
     Attributes:
-        history_window: how many past (observation, action) pairs are shown.
+        conversation: ``"multi_turn"`` (one growing token-exact chat per episode; the
+            trainers' default) or ``"windowed"`` (a fresh prompt each step with
+            ``history_window`` past steps; the default of a plain agent spec, whose
+            ``conversation=multi_turn`` option switches).
+        max_context_tokens: multi-turn only: the prompt plus the reply's ``max_tokens`` stay
+            within this budget. When the next prompt would not, the conversation starts a new
+            segment (system prompt, a one-line summary of the folded turns, the latest turns
+            that fit); nothing is truncated silently (see
+            :class:`~comprl_gym.agents.conversation.TokenConversation`).
+        history_window: windowed only: how many past (observation, action) pairs are shown.
         max_observation_chars: the current observation is cut (middle elided) beyond this.
         max_history_observation_chars: each past observation is cut beyond this.
         max_listed_actions: at most this many admissible actions are listed (numbered).
@@ -52,6 +74,8 @@ class PromptConfig:
             of 6 without (it chats instead).
     """
 
+    conversation: str = "windowed"
+    max_context_tokens: int = 2048
     history_window: int = 4
     max_observation_chars: int = 3000
     max_history_observation_chars: int = 400
@@ -60,6 +84,17 @@ class PromptConfig:
     answer_style: str = "number"
     prefill: bool = True
 
+    def __post_init__(self) -> None:
+        if self.conversation not in CONVERSATION_MODES:
+            raise ConfigurationError(
+                f"conversation must be one of {CONVERSATION_MODES}, got {self.conversation!r}"
+            )
+        if self.max_context_tokens < 1:
+            raise ConfigurationError("max_context_tokens must be at least 1")
+
+
+#: A later multi-turn message whose admissible actions did not change says so in one line.
+SAME_ACTIONS_NOTE = "Admissible actions and answer format: as before."
 
 FORMAT_ERROR_NOTE = (
     "FORMAT ERROR: your last reply contained no action I could read. Reply with {how}."
@@ -150,20 +185,77 @@ def build_messages(
             )
             lines.append(f"[{i}] your action: {past_action}")
     if format_error:
-        how = answer_instruction(bool(listed), config, has_templates(listed))
-        how = how.split("reply with ", 1)[-1].split("Reply with ", 1)[-1].split(". Do not")[0]
-        lines.append("\n" + FORMAT_ERROR_NOTE.format(how=how))
+        lines.append("\n" + FORMAT_ERROR_NOTE.format(how=_how(listed, config)))
     lines.append(f"\nCurrent observation:\n{_clip(observation, config.max_observation_chars)}")
     if listed:
-        lines.append("\nAdmissible actions:")
-        lines.extend(f"{i}. {action}" for i, action in enumerate(listed, start=1))
-        if admissible and len(admissible) > len(listed):
-            lines.append(f"(and {len(admissible) - len(listed)} more)")
+        numbered = _numbered(listed, admissible)
+        lines.append("\n" + numbered[0])
+        lines.extend(numbered[1:])
     lines.append("\n" + answer_instruction(bool(listed), config, has_templates(listed)))
     return [
         {"role": "system", "content": system_prompt(family, config, experiences)},
         {"role": "user", "content": "\n".join(lines)},
     ]
+
+
+def turn_message(
+    observation: str,
+    admissible: list[str] | None,
+    config: PromptConfig,
+    format_error: bool = False,
+    previous_admissible: list[str] | None = None,
+) -> str:
+    """A later user message of a multi-turn conversation: the observation the last action
+    produced, the admissible actions (listed again only when they changed) and the answer
+    instruction.
+
+    Example:
+        >>> print(turn_message("You see a wall.", ["north", "south"], PromptConfig(),
+        ...     previous_admissible=["north", "south"]))
+        Observation:
+        You see a wall.
+        <BLANKLINE>
+        Admissible actions and answer format: as before.
+    """
+    listed = listed_actions(admissible, config)
+    lines = []
+    if format_error:
+        lines.append(FORMAT_ERROR_NOTE.format(how=_how(listed, config)) + "\n")
+    lines.append(f"Observation:\n{_clip(observation, config.max_observation_chars)}\n")
+    if listed and listed == listed_actions(previous_admissible, config):
+        # The list and the full instruction are in the context already: a reminder suffices
+        # (each repetition costs every later turn its tokens again).
+        lines.append(SAME_ACTIONS_NOTE)
+    else:
+        lines.extend(_numbered(listed, admissible) if listed else [])
+        lines.append(answer_instruction(bool(listed), config, has_templates(listed)))
+    return "\n".join(lines)
+
+
+def fold_summary(task: str, actions: Sequence[str]) -> str:
+    """The user message that opens a new context segment: the task and one line for the
+    turns folded out of the context.
+
+    Example:
+        >>> print(fold_summary("Reach the stairs.", ["north", "east"]))
+        Task: Reach the stairs.
+        Earlier: 2 steps, actions: north, east.
+    """
+    head = f"Task: {task.strip()}" if task else "Task: (see the observations)"
+    return f"{head}\nEarlier: {len(actions)} steps, actions: {', '.join(actions)}."
+
+
+def _numbered(listed: list[str], admissible: list[str] | None) -> list[str]:
+    lines = ["Admissible actions:"]
+    lines.extend(f"{i}. {action}" for i, action in enumerate(listed, start=1))
+    if admissible and len(admissible) > len(listed):
+        lines.append(f"(and {len(admissible) - len(listed)} more)")
+    return lines
+
+
+def _how(listed: list[str], config: PromptConfig) -> str:
+    how = answer_instruction(bool(listed), config, has_templates(listed))
+    return how.split("reply with ", 1)[-1].split("Reply with ", 1)[-1].split(". Do not")[0]
 
 
 def has_templates(actions: list[str]) -> bool:

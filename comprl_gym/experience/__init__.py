@@ -28,7 +28,7 @@ from comprl_gym.experience.operations import (
     Operation,
     parse_experience_text,
     parse_extractor_output,
-    parse_merge_output,
+    parse_merge_items,
 )
 from comprl_gym.experience.records import Experience, Provenance, Retrieved
 from comprl_gym.experience.store import ExperienceStore
@@ -53,5 +53,5 @@ __all__ = [
     "make_embedder",
     "parse_experience_text",
     "parse_extractor_output",
-    "parse_merge_output",
+    "parse_merge_items",
 ]

@@ -13,8 +13,8 @@ class ExperienceConfig:
     """Every hyperparameter of the store, the manager and the merging loop.
 
     Defaults follow the Complementary RL reference (query batch 32 / 5 ms, diversification
-    lambda 0.4 over a 300 s window with 0.5 dropout and 16x candidates); the training-weight,
-    cooldown and merge-schedule defaults are the ones the trainers run with. The trainers'
+    lambda 0.4 over a 300 s window with 0.5 dropout and 16x candidates; training weight
+    ``(1 + count) ** -0.5`` with a 1-step cooldown; merging every 5 steps in chunks of 5). The trainers'
     :class:`~comprl_gym.trainers.config.ExperienceSettings` extends this class with the
     training-loop knobs only, so every knob has one owner.
 
@@ -58,22 +58,27 @@ class ExperienceConfig:
 
     # ---- extractor training -----------------------------------------------------------------
     #: Sample weight of an experience for extractor training: ``(1 + training_count)**-power``;
-    #: 0 disables the down-weighting.
-    train_weight_power: float = 1.0
-    #: An experience trained on fewer than this many actor steps ago gets weight 0 (cooldown).
-    train_cooldown_steps: int = 2
+    #: 0 disables the down-weighting (reference ``memory_repeat_weight_power`` 0.5).
+    train_weight_power: float = 0.5
+    #: An experience trained on fewer than this many actor steps ago gets weight 0 (cooldown;
+    #: reference ``memory_repeat_cooldown_steps: 1``).
+    train_cooldown_steps: int = 1
+    #: Lowest :func:`~comprl_gym.experience.quality.lesson_quality` score (0-1, the fraction of
+    #: its four checks passed) of a lesson the extractor may write; 0 writes everything.
+    min_quality: float = 0.0
 
     # ---- maintenance ------------------------------------------------------------------------
     #: Cosine similarity at or above which two experiences of one family are duplicates.
     dedupe_threshold: float = 0.95
     #: Neighbours examined per experience when looking for duplicates.
     dedupe_neighbors: int = 8
-    #: Experiences handed to the extractor in one merge call.
-    merge_window: int = 8
-    #: :meth:`ExperienceManager.maybe_merge` merges every this many actor steps (0 = never).
-    merge_interval_steps: int = 4
-    #: Windows merged per call (None = a full pass over the store).
-    merge_max_windows: int | None = None
+    #: Knowledge items per merge call: a family's entries go to the extractor in sequential
+    #: chunks of this size, each chunk's answer carried into the next (reference
+    #: ``max_merging_item_per_call: 5``).
+    merge_window: int = 5
+    #: :meth:`ExperienceManager.maybe_merge` merges every this many actor steps (0 = never;
+    #: reference ``merging_interval: 5``).
+    merge_interval_steps: int = 5
 
     # ---- index and persistence --------------------------------------------------------------
     #: HNSW graph degree (usearch ``connectivity``).
@@ -111,6 +116,7 @@ class ExperienceConfig:
             "merge_interval_steps": self.merge_interval_steps >= 0,
             "train_cooldown_steps": self.train_cooldown_steps >= 0,
             "train_weight_power": self.train_weight_power >= 0,
+            "min_quality": 0.0 <= self.min_quality <= 1.0,
             "hnsw_connectivity": self.hnsw_connectivity >= 2,
             "max_text_chars": self.max_text_chars >= 16,
             "sqlite_synchronous": self.sqlite_synchronous.upper()

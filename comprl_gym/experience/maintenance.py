@@ -1,9 +1,9 @@
 """Maintenance: the write-side upkeep of an experience store.
 
-* merging: slide over the store in windows of related experiences and let the extractor keep,
-  merge or drop them (:meth:`Maintenance.merge`), on one schedule (:meth:`Maintenance.maybe_merge`,
-  every ``merge_interval_steps`` actor steps); a merged entry inherits the tallies of what it
-  merged;
+* merging as the reference does it (:meth:`Maintenance.merge`): every entry of a family, in
+  store order, in sequential chunks of ``merge_window``, each chunk's merged items carried into
+  the next; on one schedule (:meth:`Maintenance.maybe_merge`, every ``merge_interval_steps``
+  actor steps); a merged entry inherits the tallies of what it merged;
 * de-duplication of near-identical experiences;
 * the one training-weight policy of extractor samples: 0 inside the cooldown
   (``train_cooldown_steps``), else ``(1 + training_count) ** -train_weight_power``.
@@ -28,23 +28,44 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from comprl_gym.experience.config import ExperienceConfig
-from comprl_gym.experience.merge import MergeReport, plan_dedupe, window_for
+from comprl_gym.experience.merge import MergeReport, ScopeMerge, plan_dedupe
 from comprl_gym.experience.operations import (
-    MERGE_KINDS,
-    ExtractorOutputError,
-    Operation,
-    parse_merge_output,
+    ExperienceText,
+    parse_experience_text,
+    parse_merge_items,
 )
-from comprl_gym.experience.records import DROPPED, MERGED, Experience, Provenance
+from comprl_gym.experience.prompts import memory_text
+from comprl_gym.experience.records import MERGED, Experience, Provenance
 from comprl_gym.experience.rwlock import RWLock
 from comprl_gym.experience.store import ExperienceStore
 
 logger = logging.getLogger(__name__)
 
-#: ``extractor(window) -> str | list[Operation]``: the merge call (text in the merge format).
-MergeExtractor = Callable[[list[Experience]], "str | list[Operation]"]
+#: ``extractor(texts) -> str | list[str]``: one merge call on a chunk of knowledge texts; the
+#: reply in the merge format (``<<<KNOWLEDGE_ITEM>>>`` blocks or ``return``), or the items.
+MergeExtractor = Callable[[list[str]], "str | list[str]"]
+
+
+@dataclass
+class _Item:
+    """A knowledge item of a merge pass: a stored entry, or a merged text not yet stored.
+
+    ``sources`` are the stored entries whose tallies the item carries (itself for a stored one).
+    """
+
+    text: str
+    vector: np.ndarray
+    sources: tuple[int, ...]
+    parsed: ExperienceText | None = None
+
+    @property
+    def stored(self) -> bool:
+        return self.parsed is None
 
 
 class Maintenance:
@@ -113,81 +134,112 @@ class Maintenance:
         return retired
 
     def merge(
-        self,
-        extractor: MergeExtractor,
-        max_windows: int | None = None,
-        actor_step: int = 0,
-        policy_version: str = "",
+        self, extractor: MergeExtractor, actor_step: int = 0, policy_version: str = ""
     ) -> MergeReport:
-        """Slide over the store in windows of related experiences and let ``extractor`` keep,
-        merge or drop them. Continues from where the previous call stopped; each window is
-        applied atomically, a malformed reply leaves its window unchanged."""
-        cfg = self.config
-        max_windows = cfg.merge_max_windows if max_windows is None else max_windows
+        """Merge every family with two or more entries, as the reference does.
+
+        Reference ``async_memory_manager.py::merge_memory`` / ``_merge_single_task``
+        (l.2353-2642): the entries of a scope in store order are cut into chunks of
+        ``merge_window`` (``max_merging_item_per_call``); chunk i goes to the extractor and the
+        items it answers are appended to chunk i+1, so knowledge rolls forward and the last
+        chunk's answer is the result. A ``return`` or an unparseable answer keeps that chunk as
+        it is (its items are not carried). The family's result is applied in one transaction,
+        only if every entry it replaces is still active (the reference's optimistic check).
+
+        The reference keeps no per-entry tallies; ours are the truth for r(m), so every input
+        of a successful call hands its tallies to exactly one output, the nearest by cosine
+        similarity of the embeddings (discarded items included): tallies are conserved, and a
+        merged entry inherits those of the entries it absorbed.
+        """
         report = MergeReport()
         with self._lock.read():
-            cursor_id = int(self.store.get_meta("merge_cursor") or 0)
             families = self.store.active_families()
-        visited: set[int] = set()
-        seeds = [eid for eid in families if eid > cursor_id]
-        for seed in seeds:
-            if max_windows is not None and report.windows >= max_windows:
-                break
-            if seed in visited:
-                continue
-            with self._lock.read():
-                members = window_for(self.store, seed, families, cfg.merge_window, visited)
-                window = self.store.get(members)
-            report.windows += 1
-            if len(window) < 2:
-                self._set_cursor(seed)
-                continue
-            try:
-                reply = extractor(window)
-                ops = (
-                    parse_merge_output(reply, len(window), cfg.max_text_chars)
-                    if isinstance(reply, str)
-                    else list(reply)
-                )
-                for op in ops:
-                    if op.kind not in MERGE_KINDS or any(not 1 <= i <= len(window) for i in op.idx):
-                        raise ExtractorOutputError(f"bad merge operation {op}")
-                    if op.kind == "merge" and op.text is None:
-                        raise ExtractorOutputError("merge without merged_memory")
-            except Exception as exc:
-                report.failed_windows += 1
-                report.errors.append(str(exc))
-                logger.warning("merge window %s left unchanged: %s", [e.id for e in window], exc)
-                self._set_cursor(seed)
-                continue
-            self._apply_merge(window, ops, report, actor_step, policy_version)
-            self._set_cursor(seed)
-        else:
-            report.pass_complete = True
-            self._set_cursor(0)
+        scopes: dict[str, list[int]] = {}
+        for eid, key in families.items():
+            scopes.setdefault(key, []).append(eid)
+        for key, ids in scopes.items():
+            if len(ids) >= 2:
+                self._merge_scope(key, ids, extractor, report, actor_step, policy_version)
         return report
 
-    def _apply_merge(
+    def _merge_scope(
         self,
-        window: list[Experience],
-        ops: list[Operation],
+        key: str,
+        ids: list[int],
+        extractor: MergeExtractor,
         report: MergeReport,
         actor_step: int,
         policy_version: str,
     ) -> None:
-        merges = [op for op in ops if op.kind == "merge"]
-        texts = self.store.to_texts([op.text for op in merges]) if merges else []  # type: ignore[misc]
-        vectors = self.store.embed_texts(texts) if texts else None
+        cfg = self.config
+        with self._lock.read():
+            entries = {e.id: e for e in self.store.get(ids)}
+            vectors = self.store.vectors(ids)
+        items = [_Item(memory_text(entries[i]), vectors[n], (i,)) for n, i in enumerate(ids)]
+        chunks = [items[i : i + cfg.merge_window] for i in range(0, len(items), cfg.merge_window)]
+        scope = ScopeMerge(family=key)
+        final: list[_Item] = []
+        for n, chunk in enumerate(chunks):
+            scope.calls.append(report.calls)
+            report.calls += 1
+            try:
+                reply = extractor([item.text for item in chunk])
+                texts = (
+                    parse_merge_items(reply, cfg.max_text_chars)
+                    if isinstance(reply, str)
+                    else [parse_experience_text(t, cfg.max_text_chars) for t in reply]
+                )
+            except Exception as exc:  # a bad answer keeps its chunk
+                report.failed_calls += 1
+                report.errors.append(str(exc))
+                logger.warning("merge call on %d items left them unchanged: %s", len(chunk), exc)
+                texts = []
+            if not texts:  # ``return`` or a failure: keep the chunk as it is
+                final.extend(chunk)
+                continue
+            scope.answer_call = scope.calls[-1]
+            outputs = self._attribute(chunk, texts)
+            if n + 1 < len(chunks):
+                chunks[n + 1].extend(outputs)
+            else:
+                final.extend(outputs)
+        new_items = [item for item in final if not item.stored]
+        if new_items:
+            self._apply_scope(scope, new_items, entries, report, actor_step, policy_version)
+        report.scopes.append(scope)
+
+    def _attribute(self, chunk: list[_Item], texts: list[ExperienceText]) -> list[_Item]:
+        """The merged items, each with the sources of the inputs nearest to it."""
+        parsed = self.store.to_texts(texts)
+        vectors = self.store.embed_texts(parsed)
+        nearest = np.argmax(np.stack([item.vector for item in chunk]) @ vectors.T, axis=1)
+        return [
+            _Item(
+                memory_text(parsed[k]),
+                vectors[k],
+                tuple(s for item, j in zip(chunk, nearest) if j == k for s in item.sources),
+                parsed[k],
+            )
+            for k in range(len(parsed))
+        ]
+
+    def _apply_scope(
+        self,
+        scope: ScopeMerge,
+        new_items: list[_Item],
+        entries: dict[int, Experience],
+        report: MergeReport,
+        actor_step: int,
+        policy_version: str,
+    ) -> None:
+        replaced = [s for item in new_items for s in item.sources]
+        family = entries[next(iter(entries))].env_family
         with self._lock.write(), self.store.transaction() as cursor:
-            alive = self.store.active_among(cursor, [e.id for e in window])
-            touched = {window[i - 1].id for op in ops if op.kind != "keep" for i in op.idx}
-            if not touched <= alive:
-                report.skipped_windows += 1  # changed by another writer since the window was read
+            if set(replaced) - self.store.active_among(cursor, replaced):
+                report.skipped_scopes += 1  # another writer changed the scope meanwhile
                 return
-            merged: dict[int, list[int]] = {}
-            dropped: list[int] = []
-            for n, op in enumerate(merges):
-                sources = [window[i - 1] for i in op.idx]
+            for item in new_items:
+                sources = [entries[s] for s in item.sources]
                 provenance = Provenance(
                     task_ids=tuple(dict.fromkeys(t for s in sources for t in s.source_task_ids)),
                     trajectory_ids=tuple(
@@ -198,27 +250,19 @@ class Maintenance:
                 )
                 [new_id] = self.store.insert(
                     cursor,
-                    [texts[n]],
-                    vectors[n : n + 1],
-                    provenance,  # type: ignore[index]
-                    sources[0].env_family,
-                    merged_from=[[s.id for s in sources]],
+                    [item.parsed],  # type: ignore[list-item]
+                    item.vector[None, :],
+                    provenance,
+                    family,
+                    merged_from=[list(item.sources)],
                 )
-                # the merged entry inherits the tallies of what it merged (as committed now)
-                self.store.inherit(cursor, new_id, [s.id for s in sources])
-                self.store.retire(cursor, [s.id for s in sources], MERGED, replaced_by=new_id)
-                merged[new_id] = [s.id for s in sources]
-            for op in ops:
-                if op.kind == "drop":
-                    dropped.extend(
-                        self.store.retire(cursor, [window[i - 1].id for i in op.idx], DROPPED)
-                    )
-        report.merged.update(merged)
-        report.dropped.extend(dropped)
-
-    def _set_cursor(self, seed: int) -> None:
-        with self._lock.write(), self.store.transaction() as cursor:
-            self.store.set_meta({"merge_cursor": str(seed)}, cursor)
+                if item.sources:
+                    # the merged entry inherits the tallies of what it merged (as committed now)
+                    self.store.inherit(cursor, new_id, list(item.sources))
+                    self.store.retire(cursor, list(item.sources), MERGED, replaced_by=new_id)
+                scope.new_ids.append(new_id)
+                report.merged[new_id] = list(item.sources)
+        scope.retired = replaced
 
     def maybe_merge(
         self, actor_step: int, extractor: MergeExtractor, policy_version: str = ""

@@ -48,7 +48,6 @@ from comprl_gym.experience.operations import (
     parse_extractor_output,
 )
 from comprl_gym.experience.records import (
-    DROPPED,
     MERGED,
     NO_PROVENANCE,
     Experience,
@@ -200,7 +199,8 @@ class ExperienceManager:
         """Apply extractor operations atomically; ``idx`` in them index ``shown_ids`` (1-based).
 
         ``update`` writes a NEW experience whose ``merged_from`` lists the replaced ids and
-        tombstones those. On any error nothing is changed and ``ok`` is False.
+        tombstones those (reference ``_execute_functional_operations``: delete the targets, add
+        one entry). On any error nothing is changed and ``ok`` is False.
         """
         shown = [int(i) for i in shown_ids]
         family = env_family if env_family is not None else provenance.env_family
@@ -230,7 +230,7 @@ class ExperienceManager:
                         w += 1
                     elif op.kind == "update":
                         target_family = family
-                        if target_family is None:
+                        if target_family is None and targets:
                             target_family = self.store.family_of(cursor, targets[0])
                         [new_id] = self.store.insert(
                             cursor,
@@ -240,11 +240,10 @@ class ExperienceManager:
                             target_family,
                             merged_from=[targets],
                         )
-                        self.store.retire(cursor, targets, MERGED, replaced_by=new_id)
+                        if targets:
+                            self.store.retire(cursor, targets, MERGED, replaced_by=new_id)
                         result.updated[new_id] = targets
                         w += 1
-                    elif op.kind == "drop":
-                        result.dropped.extend(self.store.retire(cursor, targets, DROPPED))
                     else:
                         self.store.add_votes(cursor, targets, up=op.kind == "upvote")
                         result.voted.extend(targets)
@@ -299,14 +298,10 @@ class ExperienceManager:
         return self.maintenance.dedupe(threshold)
 
     def merge(
-        self,
-        extractor: MergeExtractor,
-        max_windows: int | None = None,
-        actor_step: int = 0,
-        policy_version: str = "",
+        self, extractor: MergeExtractor, actor_step: int = 0, policy_version: str = ""
     ) -> MergeReport:
-        """Merge windows of related experiences; see :meth:`Maintenance.merge`."""
-        return self.maintenance.merge(extractor, max_windows, actor_step, policy_version)
+        """Merge each family in sequential chunks; see :meth:`Maintenance.merge`."""
+        return self.maintenance.merge(extractor, actor_step, policy_version)
 
     def maybe_merge(
         self, actor_step: int, extractor: MergeExtractor, policy_version: str = ""

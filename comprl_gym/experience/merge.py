@@ -1,14 +1,9 @@
-"""Planning of store maintenance: near-duplicate pairs and merge windows.
+"""Planning of store maintenance: near-duplicate pairs, and what a merge pass did.
 
-These functions only read the store; :class:`~comprl_gym.experience.ExperienceManager`
-applies their plans under its write lock.
-
-* :func:`plan_dedupe` finds pairs whose cosine similarity reaches a threshold and picks, for
-  each, the experience to keep (more uses, then more wins, then the older one).
-* :func:`window_for` slides over the whole store: each window is a seed (in id order,
-  continuing from a saved cursor) plus its nearest not-yet-visited neighbours of the same env
-  family, so related entries reach the extractor together and every entry is visited once per
-  pass.
+:func:`plan_dedupe` only reads the store; :class:`~comprl_gym.experience.ExperienceManager`
+applies its plan under its write lock. It finds pairs whose cosine similarity reaches a
+threshold and picks, for each, the experience to keep (more uses, then more wins, then the
+older one).
 """
 
 from __future__ import annotations
@@ -21,16 +16,28 @@ from comprl_gym.experience.store import ExperienceStore
 
 
 @dataclass
-class MergeReport:
-    """What one merge pass did."""
+class ScopeMerge:
+    """One family's merge: the calls made (indices into the pass's calls), the call whose
+    answer produced the new entries (the last successful one, as the reference's
+    ``last_triggered_interaction``), the new entries and the entries they replaced."""
 
-    windows: int = 0
+    family: str
+    calls: list[int] = field(default_factory=list)
+    answer_call: int | None = None
+    new_ids: list[int] = field(default_factory=list)
+    retired: list[int] = field(default_factory=list)
+
+
+@dataclass
+class MergeReport:
+    """What one merge pass did: ``merged`` maps each new entry to the entries it replaced."""
+
+    calls: int = 0
+    failed_calls: int = 0
+    skipped_scopes: int = 0
     merged: dict[int, list[int]] = field(default_factory=dict)
-    dropped: list[int] = field(default_factory=list)
-    failed_windows: int = 0
-    skipped_windows: int = 0
+    scopes: list[ScopeMerge] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    pass_complete: bool = False
 
 
 def plan_dedupe(
@@ -64,22 +71,3 @@ def plan_dedupe(
             retired.add(loser)
             plan.append((loser, keeper, sim))
     return plan
-
-
-def window_for(
-    store: ExperienceStore, seed: int, families: dict[int, str], window: int, visited: set[int]
-) -> list[int]:
-    """The seed plus its nearest unvisited active neighbours of the same family (marks them)."""
-    visited.add(seed)
-    members = [seed]
-    key = families.get(seed, "")
-    found, _ = store.search(store.vectors([seed]), window * 4, [key])
-    for other in found[0]:
-        other = int(other)
-        if other < 0 or other in visited or families.get(other) != key:
-            continue
-        members.append(other)
-        visited.add(other)
-        if len(members) >= window:
-            break
-    return members

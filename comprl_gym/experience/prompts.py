@@ -1,8 +1,9 @@
 """Every prompt of the experience system, in one place.
 
-* the extractor prompt (distil a trajectory into ``add`` / ``update`` / ``drop`` operations),
-  one system prompt per env family and a shared user prompt;
-* the merge prompt (a window of experiences -> ``keep`` / ``merge`` / ``drop``);
+* the extractor prompt (distil a trajectory into ``add`` / ``update`` / ``return`` operations),
+  one system prompt per env family and a shared user prompt, and the one-sentence ``plain``
+  prompt for tiny extractors;
+* the merge prompt (a chunk of knowledge items -> ``<<<KNOWLEDGE_ITEM>>>`` blocks or ``return``);
 * the search-and-ask refiner prompt (answer an agent's question from retrieved experiences);
 * the texts the actor sees (experiences injected at reset, the search tool's instructions).
 
@@ -11,12 +12,12 @@ JSON list of ``{"function_name": ..., "parameters": {...}}`` inside ``<answer>``
 
 Example:
     >>> from comprl_gym.experience.records import Experience
-    >>> msgs = build_extractor_messages("reach the stairs", "success", "step 1: ...",
+    >>> msgs = build_extractor_messages("Environment: a room\\nAgent: east", True,
     ...                                 [Experience(1, "Stairs", "rooms", "go to >")], "minihack")
     >>> [m["role"] for m in msgs]
     ['system', 'user']
-    >>> "Memory Entry 1" in msgs[1]["content"]
-    True
+    >>> "**Memory Entry 1**" in msgs[1]["content"], msgs[1]["content"].split("\\n")[1]
+    (True, 'SUCCESS')
 """
 
 from __future__ import annotations
@@ -31,31 +32,32 @@ from comprl_gym.families import family_spec
 # ---------------------------------------------------------------------------------------------
 # Extractor
 # ---------------------------------------------------------------------------------------------
+# Reference: ComplementaryRL examples/singletask-agentic/memory_prompts.yaml,
+# FUNCTIONAL_MEMORY_MODEL_SYS_PROMPT_VOTING_251207 (operations add / update / return, memories
+# as <title>..</title><content>..</content>, no drop, no max-ops number) and
+# FUNCTIONAL_MEMORY_MODEL_USER_PROMPT_251223 (Outcome / Interaction / Previous Lessons). The
+# wording here is ours and shorter (small extractors), the structure and the format are theirs.
 _OPERATIONS = """\
-**Operations** (output them as a JSON list):
-1. `add(new_memory: str)`: a new lesson, orthogonal to the memories shown.
-2. `update(idx: list[int], updated_memory: str)`: replace one or more shown memories by a
-   refined, corrected or merged lesson (idx are the numbers of the Memory Entries).
-3. `drop(idx: list[int])`: remove shown memories that are wrong or misleading.
-Return `[]` when the knowledge base already covers the lesson.
+## Operations (a JSON list inside <answer>...</answer>)
++ add(new_memory: str): a new lesson that no previous lesson covers.
++ update(target_idx: list[int], new_memory: str): replace the numbered previous lessons
+  (Memory Entry numbers) by one better lesson: merge them, correct them or add detail.
+  Prefer update over add when a previous lesson is related.
++ return(): write nothing, when the interaction teaches nothing new.
 
-**Memory format** (every memory string):
-## Title: <short, retrieval-friendly headline>
-## Description: <when the lesson applies>
-## Content: <the guidance: conditions, steps, pitfalls>
+Every memory is <title>short headline</title><content>when it applies, what to do, what to
+avoid</content>. Lessons must generalise: no coordinates or instance names; tie each action
+to what the agent can observe, with an if-then rule and a fallback.
 
-**Rules**
-- Lessons must generalise: no coordinates, object numbers or quotes of this trajectory;
-  state the condition that makes each action right.
-- Judge knowledge quality apart from execution quality: a sound memory the agent ignored
-  stays; only wrong or too specific memories are updated or dropped.
-- At most {max_operations} operations.
-
-**Output**
-<think>your analysis: why the agent won or lost, which memories helped or misled</think>
+## Output
+<think>why the agent succeeded or failed; do the previous lessons help or mislead?</think>
 <answer>
-[{{"function_name": "add", "parameters": {{"new_memory": "## Title: ...\\n## Description: ...\\n## Content: ..."}}}},
- {{"function_name": "update", "parameters": {{"idx": [1], "updated_memory": "## Title: ...\\n## Description: ...\\n## Content: ..."}}}}]
+[{{"function_name": "add", "parameters": {{"new_memory": "<title>...</title><content>...</content>"}}}},
+ {{"function_name": "update", "parameters": {{"target_idx": [1], "new_memory": "<title>...</title><content>...</content>"}}}}]
+</answer>
+or
+<answer>
+{{"function_name": "return"}}
 </answer>"""
 
 _GENERIC_FOCUS = (
@@ -66,106 +68,209 @@ _GENERIC_FOCUS = (
 EXTRACTOR_SYSTEM_TEMPLATE = (
     """\
 {focus}
-Your mission: distil the trajectory below into lessons that help a future agent succeed on
-similar tasks, and keep the knowledge base accurate.
+You receive an agent's interaction with an environment, its outcome (SUCCESS or FAILURE) and
+the lessons it was shown. Distil lessons that help a future agent succeed on similar tasks.
 
 """
     + _OPERATIONS
 )
 
 EXTRACTOR_USER_TEMPLATE = """\
-* **Task goal:** {task}
-* **Outcome:** {outcome}
-* **Max operations:** {max_operations}
-* **Previous memories shown to the agent:**
-{previous_memories}
-* **Interaction trajectory:**
+Outcome:
+{outcome}
+
+Interaction:
 {trajectory}
 
-Think inside <think> </think>, then output the JSON list of operations inside <answer> </answer>."""
+Previous Lessons:
+{previous_memories}
+
+Now, think carefully and perform your memory operations. Formulate your thinking process in \
+the `<think>` tags and output the answer as a valid JSON list of operations wrapped in \
+`<answer>` tags:"""
+
+#: Speaker names of the interaction transcript (reference
+#: ``memory_integration_mixin.py::_build_full_trajectory_messages``: user -> Environment,
+#: assistant -> Agent, tool -> Tool Environment).
+ROLE_ENVIRONMENT, ROLE_AGENT, ROLE_TOOL = "Environment", "Agent", "Tool Environment"
 
 
-def extractor_system_prompt(env_family: str | None, max_operations: int = 3) -> str:
+def extractor_system_prompt(env_family: str | None) -> str:
     """The extractor's system prompt for ``env_family`` (a generic one for unknown families)."""
     spec = family_spec(env_family or "")
     focus = spec.extractor_focus if spec and spec.extractor_focus else _GENERIC_FOCUS
-    return EXTRACTOR_SYSTEM_TEMPLATE.format(focus=focus, max_operations=max_operations)
+    return EXTRACTOR_SYSTEM_TEMPLATE.format(focus=focus)
+
+
+def memory_text(exp: Experience | Any) -> str:
+    """An experience as the reference writes memories: ``<title>..</title><content>..</content>``
+    (a description, from older formats, opens the content).
+
+    Example:
+        >>> memory_text(Experience(1, "Stairs", "", "Walk to '>'."))
+        "<title>Stairs</title><content>Walk to '>'.</content>"
+    """
+    content = f"{exp.description}\n{exp.content}" if exp.description else exp.content
+    return f"<title>{exp.title}</title><content>{content}</content>"
 
 
 def format_experiences(
     experiences: Sequence[Experience], label: str = "Memory Entry", max_chars: int | None = None
 ) -> str:
-    """Number experiences the way the operations' ``idx`` refer to them (1-based)."""
+    """Number experiences the way the operations' ``target_idx`` refer to them (1-based)."""
     if not experiences:
         return "[No previous memories]"
     parts = []
     for i, exp in enumerate(experiences, 1):
-        text = (
-            exp.text
-            if max_chars is None or len(exp.text) <= max_chars
-            else exp.text[: max_chars - 3] + "..."
-        )
+        text = memory_text(exp)
+        if max_chars is not None and len(text) > max_chars:
+            text = text[: max_chars - 3] + "..."
         parts.append(f"**{label} {i}**\n{text}")
     return "\n\n".join(parts)
 
 
+def format_interaction(
+    task: str, turns: Sequence[Any], max_chars: int | None = None, is_tool_call: Any = None
+) -> str:
+    """The episode as the reference's extractor reads it: one ``Role: text`` line per message.
+
+    The first observation (``turns[0].observation``, preceded by the task unless it already
+    contains it) is spoken by the Environment; then each action (the agent's full reply,
+    ``turn.text``, or the action) by the Agent, followed by the observation it produced, by the
+    Tool Environment when the action was a tool call (``is_tool_call(action)``). The observation
+    after the last action is left out: the ``Outcome`` line tells how it ended (reference
+    ``_build_full_trajectory_messages``: the terminal history entry has no messages).
+
+    ``max_chars`` bounds the text (the reference has only its 65k-token context): the first
+    message (the goal) and the last messages are kept, the middle is folded into one line that
+    says how many messages were left out.
+
+    Example:
+        >>> from types import SimpleNamespace as T
+        >>> turns = [T(observation="a room", action="east", text="", next_observation="a wall"),
+        ...          T(observation="a wall", action="north", text="", next_observation="stairs")]
+        >>> print(format_interaction("reach the stairs", turns))
+        Environment: reach the stairs
+        a room
+        Agent: east
+        Environment: a wall
+        Agent: north
+    """
+    if not turns:
+        return f"{ROLE_ENVIRONMENT}: {task}".rstrip()
+    first = str(turns[0].observation)
+    opening = first if task and task in first else f"{task}\n{first}".strip()
+    messages = [f"{ROLE_ENVIRONMENT}: {opening}"]
+    for n, turn in enumerate(turns):
+        reply = str(getattr(turn, "text", "") or turn.action).strip()
+        messages.append(f"{ROLE_AGENT}: {reply}")
+        if n + 1 < len(turns):
+            tool = is_tool_call is not None and is_tool_call(turn.action)
+            role = ROLE_TOOL if tool else ROLE_ENVIRONMENT
+            messages.append(f"{role}: {turn.next_observation}")
+    text = "\n".join(messages)
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    head, tail = messages[0][: max_chars // 3], []
+    budget = max_chars - len(head)
+    for message in reversed(messages[1:]):
+        if len(message) + 1 > budget - 60:
+            break
+        tail.insert(0, message)
+        budget -= len(message) + 1
+    left_out = len(messages) - 1 - len(tail)
+    return "\n".join([head, f"[... {left_out} messages left out ...]", *tail])
+
+
 def build_extractor_messages(
-    task: str,
-    outcome: str,
-    trajectory: str,
-    shown: Sequence[Experience],
-    env_family: str | None,
-    max_operations: int = 3,
+    interaction: str, won: bool, shown: Sequence[Experience], env_family: str | None
 ) -> list[dict[str, str]]:
-    """Chat messages asking the extractor for operations over ``shown`` (numbered from 1)."""
+    """Chat messages asking the extractor for operations over ``shown`` (numbered from 1).
+
+    ``interaction`` is :func:`format_interaction`'s text; the outcome is ``SUCCESS`` or
+    ``FAILURE`` (reference: ``"SUCCESS" if episode_score > 0 else "FAILURE"``).
+    """
     user = EXTRACTOR_USER_TEMPLATE.format(
-        task=task,
-        outcome=outcome,
-        max_operations=max_operations,
+        outcome="SUCCESS" if won else "FAILURE",
+        trajectory=interaction,
         previous_memories=format_experiences(shown),
-        trajectory=trajectory,
     )
     return [
-        {"role": "system", "content": extractor_system_prompt(env_family, max_operations)},
+        {"role": "system", "content": extractor_system_prompt(env_family)},
         {"role": "user", "content": user},
+    ]
+
+
+#: The ``plain`` format for tiny extractors: one sentence of advice, stored as it is.
+PLAIN_SYSTEM_PROMPT = (
+    "You write short lessons for a game-playing agent. Read what happened and write ONE "
+    "sentence of advice that would help on similar tasks. Write only the advice."
+)
+
+
+def build_plain_extractor_messages(task: str, won: bool, transcript: str) -> list[dict[str, str]]:
+    """The prompt of the ``plain`` format: one episode, one sentence of advice."""
+    outcome = "The agent succeeded." if won else "The agent failed."
+    return [
+        {"role": "system", "content": PLAIN_SYSTEM_PROMPT},
+        {
+            "role": "user",
+            "content": f"Task: {task}\n{outcome}\nWhat happened:\n{transcript}\nAdvice:",
+        },
     ]
 
 
 # ---------------------------------------------------------------------------------------------
 # Merge
 # ---------------------------------------------------------------------------------------------
+# Reference: MERGING_PROMPT_SYS_PROMPT_251207 (merge / rewrite / discard / return) and
+# MERGING_PROMPT_USE_PROMPT_251201 ("--- Entry i ---" blocks, <<<KNOWLEDGE_ITEM>>> output).
 MERGE_SYSTEM_PROMPT = """\
-You curate a knowledge base of lessons for an autonomous agent. You receive a window of related
-entries. Consolidate them: merge entries that say the same thing or belong together into one
-better entry, drop entries that are wrong, vague or fully covered by another, keep the rest.
+You curate a knowledge base of lessons for an autonomous agent. Produce fewer, stronger
+lessons from the items you receive:
+- MERGE items that share one principle into one item that keeps their conditions;
+- REWRITE an item that is useful but too specific into a general if-then rule with a fallback;
+- DISCARD an item that is wrong, contradictory or about one instance only (do not output it);
+- RETURN when the items are already good and distinct.
+Every item is <title>...</title><content>...</content>.
 
-Operations (JSON list):
-- `keep(idx: list[int])`: leave these entries as they are.
-- `merge(idx: list[int], merged_memory: str)`: replace these entries by one merged entry.
-- `drop(idx: list[int])`: remove these entries.
-Each entry may appear in at most one merge or drop. Entries you do not mention are kept.
-Memory format: ## Title: ...\\n## Description: ...\\n## Content: ...
-
-Output:
-<think>which entries overlap, which are wrong</think>
+Output either
+<think>what to merge, rewrite or discard, and why</think>
 <answer>
-[{"function_name": "merge", "parameters": {"idx": [1, 3], "merged_memory": "## Title: ...\\n## Description: ...\\n## Content: ..."}},
- {"function_name": "keep", "parameters": {"idx": [2]}}]
+<<<KNOWLEDGE_ITEM>>>
+<title>...</title>
+<content>...</content>
+<<<END_ITEM>>>
+</answer>
+(one block per item you keep) or
+<answer>
+return
 </answer>"""
 
 MERGE_USER_TEMPLATE = """\
-Knowledge entries ({count}):
+Knowledge items to merge:
 
 {entries}
 
-Think inside <think> </think>, then output the JSON list of operations inside <answer> </answer>."""
+Merge related items and output using this EXACT format:
+<think>[your analysis]</think>
+<answer>
+<<<KNOWLEDGE_ITEM>>>
+[Your merged knowledge content]
+<<<END_ITEM>>>
+</answer>"""
 
 
-def build_merge_messages(window: Sequence[Experience]) -> list[dict[str, str]]:
-    """Chat messages asking the extractor to keep / merge / drop a window of experiences."""
-    user = MERGE_USER_TEMPLATE.format(
-        count=len(window), entries=format_experiences(window, "Entry")
-    )
+def build_merge_messages(items: Sequence[str | Experience]) -> list[dict[str, str]]:
+    """Chat messages asking the extractor to merge a chunk of knowledge items (texts).
+
+    Example:
+        >>> build_merge_messages(["<title>a</title><content>x</content>"])[1]["content"].splitlines()[2]
+        '--- Entry 1 ---'
+    """
+    texts = [memory_text(item) if isinstance(item, Experience) else str(item) for item in items]
+    entries = "\n\n".join(f"--- Entry {i} ---\n{text}" for i, text in enumerate(texts, 1))
+    user = MERGE_USER_TEMPLATE.format(entries=entries)
     return [{"role": "system", "content": MERGE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 

@@ -1,8 +1,10 @@
 """The one interface every LLM backend keeps: generate text with token ids and logprobs.
 
 A backend turns prompts into :class:`Generation` records. Prompts are either raw strings
-(:meth:`LLMBackend.generate`, the caller applied the chat template) or chat conversations
-(:meth:`LLMBackend.chat`, the backend applies the model's template). Every generation carries
+(:meth:`LLMBackend.generate`, the caller applied the chat template), chat conversations
+(:meth:`LLMBackend.chat`, the backend applies the model's template) or token ids
+(:meth:`LLMBackend.generate_ids`, token-in/token-out: a multi-turn agent extends its previous
+prompt and completion ids and never re-tokenises what the model wrote). Every generation carries
 the prompt and completion token ids and, where the backend can give them, the log-probability
 of each sampled token under the model's *unprocessed* distribution (temperature 1, no top-p):
 the quantity a policy-gradient trainer compares its own log-probabilities with.
@@ -135,10 +137,25 @@ class LLMBackend(ABC):
     #: with :meth:`update_weights` after every update (vLLM). A backend that generates with the
     #: trained module itself (transformers, given ``model_object``) has nothing to sync.
     supports_weight_sync: bool = False
+    #: Whether :meth:`generate_ids` takes prompts as token ids (transformers, vLLM). A remote
+    #: OpenAI server does not; a multi-turn agent then falls back to windowed prompts.
+    supports_token_prompts: bool = False
 
     @abstractmethod
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
         """One completion per raw prompt string, in order."""
+
+    def generate_ids(
+        self, prompt_token_ids: list[list[int]], params: SamplingParams
+    ) -> list[Generation]:
+        """One completion per prompt given as token ids, in order; each generation's
+        ``prompt_token_ids`` are exactly the ids given (token-in/token-out).
+
+        Backends that can (:attr:`supports_token_prompts`) override this.
+        """
+        raise ConfigurationError(
+            f"the {self.name} backend cannot generate from token ids; use windowed prompts"
+        )
 
     def apply_chat_template(
         self, messages: list[Message], add_generation_prompt: bool = True

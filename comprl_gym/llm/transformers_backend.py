@@ -102,23 +102,53 @@ class TransformersBackend(LLMBackend):
         self.model = None
         self.tokenizer = None
 
+    supports_token_prompts = True
+
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self._generate_all(ids, prompts, params)
+
+    def generate_ids(
+        self, prompt_token_ids: list[list[int]], params: SamplingParams
+    ) -> list[Generation]:
+        """Complete prompts given as token ids (see :meth:`LLMBackend.generate_ids`)."""
+        ids = [list(map(int, row)) for row in prompt_token_ids]
+        if any(not row for row in ids):
+            raise ConfigurationError("generate_ids needs a non-empty prompt for every row")
+        texts = [self.tokenizer.decode(row) for row in ids]
+        return self._generate_all(ids, texts, params)
+
+    # ---- internals -----------------------------------------------------------------------
+    def _generate_all(
+        self, ids: list[list[int]], texts: list[str], params: SamplingParams
+    ) -> list[Generation]:
         if self.model is None:
             raise BackendError("the transformers backend was closed")
         out: list[Generation] = []
-        for start in range(0, len(prompts), self.max_batch_size):
-            out.extend(self._generate_batch(prompts[start : start + self.max_batch_size], params))
+        for start in range(0, len(ids), self.max_batch_size):
+            end = start + self.max_batch_size
+            out.extend(self._generate_batch(ids[start:end], texts[start:end], params))
         return out
 
-    # ---- internals -----------------------------------------------------------------------
-    def _generate_batch(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
+    def _left_pad(self, ids: list[list[int]]) -> dict[str, Any]:
+        torch = self._torch
+        width = max(len(row) for row in ids)
+        pad = int(self.tokenizer.pad_token_id)
+        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(ids), width), dtype=torch.long)
+        for i, row in enumerate(ids):
+            input_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            attention[i, width - len(row) :] = 1
+        return {"input_ids": input_ids.to(self.device), "attention_mask": attention.to(self.device)}
+
+    def _generate_batch(
+        self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams
+    ) -> list[Generation]:
         torch = self._torch
         if not prompts:
             return []
         started = time.perf_counter()
-        encoded = self.tokenizer(
-            prompts, return_tensors="pt", padding=True, add_special_tokens=False
-        ).to(self.device)
+        encoded = self._left_pad(prompt_ids)
         eos_ids = self._eos_ids()
         kwargs: dict[str, Any] = {
             "max_new_tokens": params.max_tokens,
@@ -159,9 +189,7 @@ class TransformersBackend(LLMBackend):
             index = result.sequences[:, prompt_len:].unsqueeze(-1)
             logprob_rows = logprobs.gather(-1, index).squeeze(-1).tolist()
         generations = []
-        mask = encoded["attention_mask"].tolist()
         for row, prompt in enumerate(prompts):
-            prompt_ids = [t for t, m in zip(encoded["input_ids"][row].tolist(), mask[row]) if m]
             tokens = new_tokens[row]
             finish = "length"
             cut = len(tokens)
@@ -169,19 +197,23 @@ class TransformersBackend(LLMBackend):
                 if token in eos_ids:
                     cut, finish = i + 1, "stop"
                     break
+            if params.stop:
+                # A row stopped by a stop string is padded afterwards (with the pad token, often
+                # the EOS): keep only the tokens sampled up to the stop string.
+                at_stop = self._stop_cut(tokens[:cut], params.stop)
+                if at_stop is not None:
+                    cut, finish = at_stop, "stop"
             tokens = tokens[:cut]
             text_tokens = [t for t in tokens if t not in eos_ids]
             text = self.tokenizer.decode(text_tokens, skip_special_tokens=True)
             if params.stop:
-                text, hit = truncate_at_stop(text, params.stop)
-                if hit:
-                    finish = "stop"
+                text, _ = truncate_at_stop(text, params.stop)
             lps = logprob_rows[row][:cut] if logprob_rows is not None else None
             generations.append(
                 Generation(
                     prompt=prompt,
                     text=text,
-                    prompt_token_ids=prompt_ids,
+                    prompt_token_ids=list(prompt_ids[row]),
                     completion_token_ids=tokens,
                     completion_logprobs=lps,
                     finish_reason=finish,
@@ -189,6 +221,17 @@ class TransformersBackend(LLMBackend):
                 )
             )
         return generations
+
+    def _stop_cut(self, tokens: list[int], stop: tuple[str, ...]) -> int | None:
+        """The number of leading tokens whose text first holds a stop string (``None``: none)."""
+        full = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        if not any(s and s in full for s in stop):
+            return None
+        for n in range(1, len(tokens) + 1):
+            text = self.tokenizer.decode(tokens[:n], skip_special_tokens=True)
+            if any(s and s in text for s in stop):
+                return n
+        return None  # pragma: no cover - the full text holds one
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id

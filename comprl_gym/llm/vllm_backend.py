@@ -86,6 +86,7 @@ class VLLMBackend(LLMBackend):
 
     name = "vllm"
     supports_weight_sync = True
+    supports_token_prompts = True
 
     def __init__(
         self,
@@ -146,6 +147,19 @@ class VLLMBackend(LLMBackend):
         )
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self._generate(ids, prompts, params)
+
+    def generate_ids(
+        self, prompt_token_ids: list[list[int]], params: SamplingParams
+    ) -> list[Generation]:
+        """Complete prompts given as token ids (vLLM ``TokensPrompt``), token-in/token-out."""
+        ids = [list(map(int, row)) for row in prompt_token_ids]
+        return self._generate(ids, [self.tokenizer.decode(row) for row in ids], params)
+
+    def _generate(
+        self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams
+    ) -> list[Generation]:
         if not prompts:
             return []
         if self.seeds_break_chunked_prefill and params.seed is not None and params.temperature > 0:
@@ -157,10 +171,7 @@ class VLLMBackend(LLMBackend):
                 retryable=False,
             )
         started = time.perf_counter()
-        token_prompts = [
-            {"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
-            for p in prompts
-        ]
+        token_prompts = [{"prompt_token_ids": row} for row in prompt_ids]  # a TokensPrompt
         request_params = [self._request_params(params, i) for i in range(len(prompts))]
         try:
             outputs = self.llm.generate(token_prompts, request_params, use_tqdm=False)

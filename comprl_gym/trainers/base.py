@@ -80,7 +80,12 @@ def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBacken
     every actor update.
     """
     if config.rollout_backend == "vllm":
-        backend = VLLMBackend(str(resolve_model(config.actor.model)), seed=config.seed)
+        backend = VLLMBackend(
+            str(resolve_model(config.actor.model)),
+            seed=config.seed,
+            # A multi-turn prompt plus its reply fits max_context_tokens (folding sees to it).
+            max_model_len=max(2048, config.max_context_tokens),
+        )
         if actor.settings.lora.enabled or actor.steps:
             backend.update_weights(actor.trainable_state_dict())
         return backend
@@ -158,7 +163,12 @@ class Trainer:
         if not self.trains_extractor:
             extractor_settings.frozen = True
         optimizer = PolicyOptimizer.from_settings(
-            extractor_settings, loss="cispo", cispo_eps_high=cfg.experience.cispo_eps_high
+            extractor_settings,
+            loss="cispo",
+            cispo_eps_low=cfg.experience.cispo_eps_low,
+            cispo_eps_high=cfg.experience.cispo_eps_high,
+            cispo_variant=cfg.experience.cispo_variant,
+            normalization=cfg.experience.cispo_normalization,
         )
         backend = TransformersBackend(
             model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
@@ -190,11 +200,8 @@ class Trainer:
         assert self.extractor is not None
         episodes: list[Trajectory] = job["episodes"]
         step = job["step"]
-        groups: dict[int, list[Trajectory]] = {}
-        for e in episodes:
-            groups.setdefault(e.group, []).append(e)
-        for group in groups.values():
-            self.extractor.write_from_group(group, step)
+        self.extractor.distill(episodes, step)
+        self.extractor.credit_refinements(episodes, step)
         # Warm-up builds the store only: no extractor update (reference: buffer collection and
         # training wait for ``_warmup_complete``).
         train = self.trains_extractor and not job.get("warmup", False)
@@ -203,7 +210,7 @@ class Trainer:
             self.extractor_stats.append(stats)
         if len(self.manager) >= 2:
             try:  # the manager owns the schedule (merge_interval_steps)
-                if self.manager.maybe_merge(step, self.extractor.merge_window) is not None:
+                if self.extractor.maybe_merge(step) is not None:
                     self.merges += 1
             except Exception:  # a bad merge answer must not stop training
                 logger.exception("merging the experience store failed; the store is unchanged")
@@ -263,6 +270,8 @@ class Trainer:
             search_budget=settings.search_and_ask_budget,
             refiner=self._timed_refiner,
             report_outcomes=report_outcomes,
+            # The LLMAgent puts info["experiences"] in its system prompt: show them once.
+            experiences_in_observation=False,
         )
 
     @property
@@ -322,7 +331,11 @@ class Trainer:
                 temperature=0.0 if greedy else settings.temperature,
                 max_tokens=settings.max_new_tokens,
                 seed=seed,
-                prompt=PromptConfig(history_window=self.config.history_turns),
+                prompt=PromptConfig(
+                    conversation=self.config.conversation,
+                    max_context_tokens=self.config.max_context_tokens,
+                    history_window=self.config.history_turns,
+                ),
             ),
         )
 
@@ -363,30 +376,53 @@ class Trainer:
         return outcome - self.config.invalid_action_penalty * episode.invalid_actions
 
     def actor_samples(self, episodes: list[Trajectory]) -> list[TrainSample]:
-        """One sample per actor generation, with its episode's grouped advantage.
+        """The actor's training sequences, each with its episode's grouped advantage.
 
-        Each turn's prompt (system text, task, env observations, experience) is masked; only
-        the tokens the actor generated are trained on.
+        Advantages are ``r - mean`` within each (task group, half) cell (reference
+        ``reward_normalization: {grouping: traj_group_id_w_or_wo_memory, method: mean}``;
+        ``scale_advantages`` divides by the cell's std). ``sample_mode="trajectory"``: one
+        sequence per episode (per context segment when the budget folded it, each weighted
+        ``1 / segments`` so that every episode weighs the same under the ``sequence``
+        normalisation, the reference's ``seq-mean-token-mean``); ``"turn"``: one per model call.
+        System, user, tool and env tokens are masked; only the tokens the actor sampled train.
         """
+        cfg = self.config
         rewards = [self.episode_reward(e) for e in episodes]
         groups = [e.group for e in episodes]
         halves = [e.with_experience for e in episodes] if self.uses_experience else None
-        advantages = grouped_advantages(rewards, groups, halves, scale=self.config.scale_advantages)
+        advantages = grouped_advantages(rewards, groups, halves, scale=cfg.scale_advantages)
         samples = []
         for episode, advantage in zip(episodes, advantages):
-            for turn in episode.turns:
-                if not turn.completion_token_ids:
-                    continue  # a scripted step: no model tokens to train on
+            sequences = episode.training_sequences(cfg.sample_mode)
+            weight = 1.0 / len(sequences) if cfg.sample_mode == "trajectory" and sequences else 1.0
+            for sequence in sequences:
                 samples.append(
-                    TrainSample.from_generation(
-                        turn.prompt_token_ids,
-                        turn.completion_token_ids,
+                    TrainSample(
+                        sequence.input_ids,
+                        sequence.loss_mask,
                         float(advantage),
-                        completion_logprobs=turn.completion_logprobs,
+                        old_logprobs=sequence.logprobs if cfg.old_logprobs == "sampler" else None,
+                        weight=weight,
                         meta={"env_id": episode.env_id, "group": episode.group},
                     )
                 )
         return samples
+
+    def update_actor(self, episodes: list[Trajectory]) -> dict[str, Any]:
+        """``actor_epochs`` optimiser steps on the episodes' actor samples.
+
+        One epoch with ``old_logprobs="trainer"`` is the reference's step (ratio 1 against the
+        trainer's own log-probs); with more epochs the old log-probs are computed once, before
+        the first step, so later epochs are clipped against the policy that was sampled.
+        """
+        samples = self.actor_samples(episodes)
+        epochs = self.config.actor_epochs
+        if epochs > 1 and self.config.old_logprobs == "trainer":
+            samples = self.actor.fill_old_logprobs(samples)
+        update: dict[str, Any] = {}
+        for _ in range(epochs):
+            update = self.actor.update(samples)
+        return update
 
     def train_iteration(self) -> dict[str, Any]:
         """One iteration of the dual loop, in the reference's order
@@ -421,7 +457,7 @@ class Trainer:
             self.worker.submit({"episodes": episodes, "step": self.iteration, "warmup": warmup})
             self.clock.add("actor_blocked_on_worker", time.perf_counter() - submit_start)
         train_actor = self.trains_actor and not warmup
-        update = self.actor.update(self.actor_samples(episodes)) if train_actor else {}
+        update = self.update_actor(episodes) if train_actor else {}
         if train_actor and update.get("samples"):
             with self.clock.measure("weight_push"):
                 self.push_weights()
@@ -449,6 +485,7 @@ class Trainer:
             "score": float(np.mean([e.score for e in episodes])),
             "reward": float(np.mean([self.episode_reward(e) for e in episodes])),
             "episode_steps": float(np.mean([e.steps for e in episodes])),
+            "segments": float(np.mean([e.num_segments for e in episodes])),
             "invalid_actions": float(np.mean([e.invalid_actions for e in episodes])),
             "rollout_time_s": rollout_s,
         }
@@ -477,7 +514,8 @@ class Trainer:
             record["store_size"] = len(self.manager)
             record["extractor/updates"] = self.extractor.updates
             record["extractor/pending"] = len(self.extractor.pending)
-            record["extractor/failed_writes"] = self.extractor.failed_writes
+            for key, value in self.extractor.counts.to_dict().items():
+                record[f"extractor/{key}"] = value
             record["worker_backlog"] = self.worker.backlog if self.worker else 0
             while self.extractor_stats:
                 stats = self.extractor_stats.pop(0)

@@ -11,48 +11,11 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from typing import Any
 
 logger = logging.getLogger(__name__)
-
-
-def _parse_override(text: str) -> tuple[list[str], Any]:
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise SystemExit(f"--set takes KEY=VALUE (KEY may be dotted: actor.lr=1e-5), got {text!r}")
-    try:
-        parsed: Any = json.loads(value)
-    except json.JSONDecodeError:
-        parsed = value
-    return key.split("."), parsed
-
-
-def load_config(path: str, overrides: list[str] | None = None) -> Any:
-    """The YAML at ``path`` with ``--set a.b=value`` overrides applied."""
-    import yaml
-
-    from comprl_gym.core import DataError
-    from comprl_gym.trainers.config import TrainConfig
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
-    except FileNotFoundError as exc:
-        raise DataError(path, "config file not found") from exc
-    except yaml.YAMLError as exc:
-        raise DataError(path, f"not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise DataError(path, "the top level must be a mapping of config keys")
-    for text in overrides or []:
-        keys, value = _parse_override(text)
-        node = data
-        for key in keys[:-1]:
-            node = node.setdefault(key, {})
-        node[keys[-1]] = value
-    return TrainConfig.from_dict(data)
 
 
 def format_results_table(summary: dict[str, Any]) -> str:
@@ -82,9 +45,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from comprl_gym.trainers import make_trainer
+    from comprl_gym.trainers import TrainConfig, make_trainer
 
-    config = load_config(args.config, args.set)
+    config = TrainConfig.from_yaml(args.config, args.set)
     if args.output_dir:
         config.output_dir = args.output_dir
     start = time.perf_counter()

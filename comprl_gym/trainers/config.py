@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -88,11 +89,33 @@ class ExperienceSettings(ExperienceConfig):
     search_and_ask_budget: int = 2
     #: Folder of the experience store; empty means ``<output_dir>/experience``.
     store_dir: str = ""
-    #: Experiences the extractor writes per finished task group (from its best and worst rollout).
+    #: Which finished trajectories the extractor reads: ``with_experience`` (the reference:
+    #: every trajectory played with experience, one extraction each, never the other half) or
+    #: ``group`` (``experiences_per_group`` per task group, a win first).
+    distill: Literal["with_experience", "group"] = "with_experience"
+    #: Trajectories the extractor reads per task group in ``distill: group`` mode.
     experiences_per_group: int = 1
-    #: CISPO ratio cap (TRL ``epsilon_high`` for ``loss_type="cispo"``; ScaleRL recommends 5).
-    cispo_eps_high: float = 5.0
-    #: Experiences per extractor update (CISPO batch).
+    #: What the extractor writes: ``operations`` (the reference: add / update / return as JSON
+    #: in ``<answer>``, memories as ``<title>..</title><content>..</content>``) or ``plain``
+    #: (one sentence of advice, for tiny models).
+    extractor_format: Literal["operations", "plain"] = "operations"
+    #: Longest interaction text shown to the extractor (characters; the goal and the last
+    #: messages are kept, the middle is folded into one line).
+    extractor_transcript_chars: int = 6000
+    #: CISPO lower clip: ``w = clip(ratio, 1 - eps_low, 1 + eps_high)`` (reference
+    #: ``memory_cispo_epsilon_low`` 0.1).
+    cispo_eps_low: float = 0.1
+    #: CISPO upper clip (reference ``memory_cispo_epsilon_high`` 0.1); with ``cispo_variant:
+    #: trl`` the ratio is capped at ``1 + cispo_eps_high`` only (TRL's ``epsilon_high`` 5 is
+    #: ``cispo_eps_high: 4``).
+    cispo_eps_high: float = 0.1
+    #: ``clip`` (the paper and reference: two-sided clip) or ``trl`` (TRL: upper cap only).
+    cispo_variant: Literal["clip", "trl"] = "clip"
+    #: Extractor loss aggregation: ``sequence`` (mean over each sample's tokens, then over
+    #: samples: the reference's ``seq-mean-token-mean``) or ``token`` (over all tokens).
+    cispo_normalization: Literal["sequence", "token"] = "sequence"
+    #: Extractor generations per CISPO update; the advantage baseline is this batch's mean r
+    #: (reference 64; a batch of one has advantage 0 and trains nothing).
     extractor_batch_size: int = 4
     #: An experience needs this many actor trajectories that used it before it is rewarded.
     min_uses: int = 1
@@ -116,6 +139,11 @@ class ExperienceSettings(ExperienceConfig):
         if self.inject_top_k < 0 or self.search_and_ask_budget < 0:
             raise ConfigurationError(
                 "experience.inject_top_k and experience.search_and_ask_budget must be >= 0"
+            )
+        if not (0 <= self.cispo_eps_low < 1 and self.cispo_eps_high >= 0):
+            raise ConfigurationError(
+                "experience.cispo_eps_low must be in [0, 1) and cispo_eps_high >= 0, got "
+                f"{self.cispo_eps_low} and {self.cispo_eps_high}"
             )
         if self.max_pending_iterations < 0 or self.warmup_iterations < 0:
             raise ConfigurationError(
@@ -153,23 +181,43 @@ class TrainConfig:
     group_size: int = 4
     #: Step limit of one training episode (the env may stop earlier).
     max_episode_steps: int = 8
-    #: Turns of history kept in the actor prompt.
+    #: The actor's conversation: ``multi_turn`` (one token-exact chat per episode, experiences
+    #: in the system prompt for the whole episode; reference ``traj_env_manager.py``) or
+    #: ``windowed`` (a fresh prompt each step with ``history_turns`` past steps).
+    conversation: Literal["multi_turn", "windowed"] = "multi_turn"
+    #: Multi-turn context budget in tokens (prompt + a reply's max_new_tokens); beyond it the
+    #: oldest turns fold into a one-line summary and a new segment (training sequence) starts.
+    max_context_tokens: int = 2048
+    #: Windowed conversation: turns of history kept in the actor prompt.
     history_turns: int = 2
+    #: Actor samples: ``trajectory`` (one sequence per episode, or per context segment, each
+    #: episode weighing the same; reference ``traj_env_manager.py::formulate_rollouts``) or
+    #: ``turn`` (one sequence per model call).
+    sample_mode: Literal["trajectory", "turn"] = "trajectory"
     #: Rollout engine: ``transformers`` (default) or ``vllm`` (weights pushed after each update).
     rollout_backend: Literal["transformers", "vllm"] = "transformers"
-    #: Actor loss: lower PPO clip.
+    #: Actor loss: lower PPO clip (reference ``pg_clip: 0.2``).
     clip_eps_low: float = 0.2
-    #: Actor loss: upper PPO clip (DAPO clip-higher).
-    clip_eps_high: float = 0.28
-    #: Actor loss normalisation: ``sequence`` (TRL grpo) or ``token`` (DAPO/bnpo).
+    #: Actor loss: upper PPO clip (reference 0.2; DAPO clip-higher uses 0.28).
+    clip_eps_high: float = 0.2
+    #: Actor loss normalisation: ``sequence`` (mean over each sequence's tokens, then over
+    #: sequences: the reference's ``seq-mean-token-mean``, TRL grpo) or ``token`` (DAPO/bnpo).
     loss_normalization: Literal["sequence", "token"] = "sequence"
+    #: Old log-probs of the actor's PPO ratio: ``trainer`` (the trainer's own, computed before
+    #: the update: ratio 1 on the first epoch, as the reference's
+    #: ``multi_agentic_pipeline.py`` ``compute_log_probs``) or ``sampler`` (the rollout engine's).
+    old_logprobs: Literal["trainer", "sampler"] = "trainer"
+    #: Optimiser steps on each iteration's actor batch (reference ``ppo_epochs: 1``). With more
+    #: than one, the old log-probs are computed once before the first (``trainer``).
+    actor_epochs: int = 1
     #: Outcome reward of an episode: ``score`` (the task's own metric in [0, 1]; 1 for a win)
     #: or ``won`` (1 for a win, else 0).
     reward: Literal["score", "won"] = "score"
     #: Subtracted from the outcome reward per invalid or malformed action (0: pure outcome).
     invalid_action_penalty: float = 0.0
-    #: Divide advantages by the group's std (False: Dr. GRPO, mean-centred only).
-    scale_advantages: bool = True
+    #: Divide advantages by the (group, half) std. False (default): ``r - mean`` only, the
+    #: reference's ``reward_normalization.method: mean`` (``agentic/utils.py::grouped_reward_norm``).
+    scale_advantages: bool = False
     #: The actor model.
     actor: ModelSettings = field(default_factory=ModelSettings)
     #: The extractor model (separate weights).
@@ -201,8 +249,15 @@ class TrainConfig:
         return cfg
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> TrainConfig:
-        """Load a YAML file."""
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+        """Load a YAML file, then apply ``KEY=VALUE`` overrides (``actor.lr=1e-5``; values are
+        read as JSON when they parse, else as strings), as ``comprl-gym train --set`` does.
+
+        Example:
+            >>> cfg = TrainConfig.from_yaml("configs/demo.yaml", ["iterations=2", "actor.lr=1e-5"])
+            >>> cfg.iterations, cfg.actor.lr
+            (2, 1e-05)
+        """
         import yaml
 
         from comprl_gym.core import DataError
@@ -216,7 +271,25 @@ class TrainConfig:
             raise DataError(path, f"not valid YAML: {exc}") from exc
         if data is not None and not isinstance(data, dict):
             raise DataError(path, "the top level must be a mapping of config keys")
-        return cls.from_dict(data or {})
+        data = data or {}
+        for text in overrides or []:
+            key, sep, value = text.partition("=")
+            if not sep:
+                raise ConfigurationError(
+                    f"an override is KEY=VALUE (KEY may be dotted: actor.lr=1e-5), got {text!r}"
+                )
+            try:
+                parsed: Any = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = value
+            *parents, leaf = key.split(".")
+            node = data
+            for name in parents:
+                node = node.setdefault(name, {})
+                if not isinstance(node, dict):
+                    raise ConfigurationError(f"override {text!r}: {name!r} is not a mapping")
+            node[leaf] = parsed
+        return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -243,6 +316,8 @@ class TrainConfig:
             )
         if self.env_weights and len(self.env_weights) != len(self.env_ids):
             raise ConfigurationError("env_weights must have one weight per env id")
+        if self.actor_epochs < 1 or self.max_context_tokens < 1:
+            raise ConfigurationError("actor_epochs and max_context_tokens must be >= 1")
         if self.iterations < 1 or self.groups_per_iteration < 1 or self.task_pool < 1:
             raise ConfigurationError("iterations, groups_per_iteration and task_pool must be >= 1")
 

@@ -1,33 +1,52 @@
 """The experience extractor: writes lessons from finished episodes, learns from their outcomes.
 
-The extractor is a second LLM with its own weights. After a task group finishes it reads one
-episode (the group's most informative one: a win if the group has wins and losses) and writes
-an experience through the :class:`~comprl_gym.experience.ExperienceManager`. Later actor
-episodes retrieve that experience; each one that used it reports a win (+1) or a loss (-1).
-The extractor's reward for a generation is ``r(m)``, the mean of those +-1 outcomes over the
-trajectories that used the experience ``m`` it wrote (averaged over the ids it wrote when it
-wrote several). The outcomes are the store's ``uses``/``wins`` tallies (reported by the
-experience wrapper), the one record of them. Samples are weighted by the manager's one
-training-weight policy (:meth:`~comprl_gym.experience.ExperienceManager.sample_weights`:
-cooldown, then ``(1 + training_count) ** -train_weight_power``). The extractor is trained with
-CISPO, since by the time a reward is known the extractor has moved on and the sample is
-off-policy.
+The extractor is a second LLM with its own weights (the reference's "memory model"). It follows
+the Complementary RL reference code (github pUmpKin-Co/ComplementaryRL, ``roll/pipeline/
+agentic/``; see ``/work/helpers/REFERENCE_12.md`` for the line-by-line study):
 
-Two formats: ``operations`` asks for the reference ``<answer>[{"function_name": "add", ...}]``
-list (for capable models); ``plain`` asks for one short lesson and stores it as is (what a
-135M model can write).
+* **What is distilled** (``experience.distill``): by default every trajectory played with
+  experience, one extraction each, never the without-experience half (reference
+  ``hook_on_episode_end`` -> ``_should_update_trajectory_memory``). ``group`` keeps the older
+  mode: one episode per task group (a win first).
+* **Input** (reference ``async_memory_manager.py::build_memory_model_messages``): the whole
+  episode, each action followed by the observation it produced (Environment / Agent / Tool
+  Environment), ``Outcome: SUCCESS/FAILURE`` and the lessons the episode was shown
+  (``**Memory Entry i**``), see :func:`~comprl_gym.experience.prompts.format_interaction`.
+* **Output**: ``<answer>`` with a JSON list of ``add`` / ``update`` / ``return`` operations,
+  memories as ``<title>..</title><content>..</content>``; ``return`` writes nothing. The
+  ``plain`` format (one sentence of advice, stored as it is) stays for tiny models. A lesson
+  whose :func:`~comprl_gym.experience.quality.lesson_quality` score is below
+  ``experience.min_quality`` is not written.
+* **Reward** (reference ``multi_agentic_pipeline.py::_collect_triggered_interactions_to_buffer``):
+  per generation, ``r`` = the mean of +1 (success) / -1 (failure) over the trajectories that
+  used the entries it wrote, pooled over those entries: the store's uses/wins tallies, counted
+  from when the generation wrote them. A refinement answer (``search_and_ask``, answered by
+  :meth:`ExperienceExtractor.refine`) is a sample whose ``r`` is the asking trajectory's
+  outcome; a merge call is a sample whose ``r`` comes from the trajectories that later used the
+  entries it produced (reference ``_merge_single_task``: ``triggered_interaction`` = the last
+  successful merge call).
+* **Advantage** (reference ``memory_reward_normalization: {grouping: batch, method: mean}``,
+  ``memory_adv_estimator: reinforce``): ``A = r - mean(r over the extractor batch)``, times the
+  manager's one training-count weight (:meth:`~comprl_gym.experience.ExperienceManager.
+  sample_weights`: 0 inside the cooldown, else ``(1 + training_count) ** -train_weight_power``;
+  reference ``_build_memory_batch_from_buffer_entries``).
+* **Loss**: CISPO (:func:`~comprl_gym.trainers.losses.cispo_loss`), one step per batch with the
+  old log-probs recomputed from the current weights (reference ``_start_memory_model_train``
+  recomputes them; the sampler's log-probs are never used against a changed model).
 
 Example (reward attribution from the store's tallies, no model needed):
     >>> import tempfile
     >>> from comprl_gym.experience import ExperienceManager
     >>> manager = ExperienceManager(tempfile.mkdtemp())
-    >>> a, b = manager.add(["## Title: A\\n## Description: a\\n## Content: go", "## Title: B\\n## Description: b\\n## Content: wait"])
+    >>> a, b = manager.add(["<title>A</title><content>go</content>", "<title>B</title><content>wait</content>"])
     >>> manager.report_outcome([a, b], won=True)
     >>> manager.report_outcome([a], won=False)
-    >>> generation_reward(manager, [a], min_uses=1), generation_reward(manager, [a, b], min_uses=1)
-    (0.0, 0.5)
+    >>> generation_reward(manager, [a]), generation_reward(manager, [a, b])  # (1-1)/2, (2-1)/3
+    (0.0, 0.3333333333333333)
     >>> generation_reward(manager, [a], min_uses=3) is None
     True
+    >>> batch_advantages([1.0, -1.0, 1 / 3])  # r - mean(r): mean = 1/9
+    [0.8888888888888888, -1.1111111111111112, 0.2222222222222222]
     >>> manager.close()
 """
 
@@ -39,23 +58,57 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from comprl_gym.experience import prompts
+from comprl_gym.experience.operations import ExtractorOutputError, parse_extractor_output
+from comprl_gym.experience.quality import lesson_quality
+from comprl_gym.experience.records import Provenance
+from comprl_gym.experience.search_and_ask import SearchAndAskSyntax
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
 logger = logging.getLogger(__name__)
 
+OutputFormat = Literal["plain", "operations"]
+#: Where an extractor sample came from.
+SampleKind = Literal["extract", "refine", "merge"]
+#: Refinements not matched to a finished trajectory after this many crediting rounds are
+#: forgotten (e.g. answers given during evaluation, which trains nothing).
+REFINEMENT_ROUNDS = 2
 
-def generation_reward(manager: Any, written_ids: Iterable[int], min_uses: int) -> float | None:
-    """Mean ``r(m)`` (the store's ``(wins - losses) / uses``) over the ``written_ids`` used by at
-    least ``min_uses`` trajectories; ``None`` when none was."""
-    rewards = [e.reward for e in manager.get(list(written_ids)) if e.uses >= min_uses]
-    return sum(rewards) / len(rewards) if rewards else None
+
+def generation_reward(
+    manager: Any, written_ids: Iterable[int], min_uses: int = 1, baseline: tuple[int, int] = (0, 0)
+) -> float | None:
+    """``r`` of a generation: the mean of +1 (win) / -1 (loss) over the trajectories that used
+    the entries it wrote, pooled over those entries (the store's uses/wins), minus the
+    ``baseline`` ``(uses, wins)`` those entries already had when it wrote them (a merged entry
+    inherits tallies); ``None`` while fewer than ``min_uses`` uses were reported."""
+    found = manager.get(list(written_ids))
+    uses = sum(e.uses for e in found) - baseline[0]
+    wins = sum(e.wins for e in found) - baseline[1]
+    if uses < max(1, min_uses):
+        return None
+    return (2 * wins - uses) / uses
+
+
+def batch_advantages(rewards: list[float]) -> list[float]:
+    """``r - mean(r)`` over the extractor batch (reference ``grouped_reward_norm`` with
+    ``grouping: batch, method: mean``; no division by the std)."""
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    return [r - mean for r in rewards]
 
 
 @dataclass
 class ExtractorGeneration:
-    """One extractor output that wrote experiences: the tokens to train on and what they wrote."""
+    """One extractor output worth training on: its tokens, what it wrote and how it is scored.
+
+    ``kind`` is ``extract`` (wrote entries from a trajectory), ``merge`` (produced merged
+    entries) or ``refine`` (answered a ``search_and_ask`` question). ``baseline`` is the
+    ``(uses, wins)`` of ``written_ids`` when they were written; ``reward`` is fixed for a
+    refinement once its trajectory is known. ``completion_logprobs`` are the sampler's, kept
+    for diagnostics only: the trainer recomputes the old log-probs.
+    """
 
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
@@ -63,28 +116,68 @@ class ExtractorGeneration:
     written_ids: list[int]
     actor_step: int
     times_trained: int = 0
+    kind: str = "extract"
+    baseline: tuple[int, int] = (0, 0)
+    reward: float | None = None
+    question: str = ""
+    answer: str = ""
+    rounds: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
-
-PLAIN_SYSTEM = (
-    "You write short lessons for a game-playing agent. Read what happened and write ONE "
-    "sentence of advice that would help on similar tasks. Write only the advice."
-)
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExtractorGeneration:
+        data = dict(data)
+        data["baseline"] = tuple(data.get("baseline", (0, 0)))
+        return cls(**data)
 
 
 def plain_extractor_messages(episode: Trajectory) -> list[dict[str, str]]:
     """The prompt of the ``plain`` format: one episode, one sentence of advice."""
-    outcome = "The agent succeeded." if episode.won else "The agent failed."
-    return [
-        {"role": "system", "content": PLAIN_SYSTEM},
-        {
-            "role": "user",
-            "content": f"Task: {episode.task}\n{outcome}\nWhat happened:\n"
-            f"{episode.transcript(600)}\nAdvice:",
-        },
-    ]
+    return prompts.build_plain_extractor_messages(
+        episode.task, episode.won, episode.transcript(600)
+    )
+
+
+def plain_lesson(text: str) -> str | None:
+    """The lesson of a ``plain`` answer: its first line, or ``None`` when under 8 characters."""
+    lines = [line.strip() for line in text.replace("<|im_end|>", "").strip().splitlines()]
+    lesson = next((line for line in lines if line), "")
+    return lesson if len(lesson) >= 8 else None
+
+
+def operations_messages(
+    episode: Trajectory, shown: list[Any], max_chars: int | None = None
+) -> list[dict[str, str]]:
+    """The prompt of the ``operations`` format (the reference's extractor input)."""
+    interaction = prompts.format_interaction(
+        episode.task, episode.turns, max_chars, is_tool_call=_is_tool_call
+    )
+    return prompts.build_extractor_messages(interaction, episode.won, shown, episode.env_family)
+
+
+_SEARCH = SearchAndAskSyntax()
+
+
+def _is_tool_call(action: str) -> bool:
+    return _SEARCH.parse(action) is not None
+
+
+@dataclass
+class ExtractorCounts:
+    """What the extractor did with its generations (logged as ``extractor/*``)."""
+
+    extractions: int = 0
+    malformed: int = 0
+    declined: int = 0
+    rejected_lessons: int = 0
+    written: int = 0
+    refinements: int = 0
+    merge_calls: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
 
 
 class ExperienceExtractor:
@@ -104,7 +197,7 @@ class ExperienceExtractor:
         settings: ExperienceSettings,
         max_new_tokens: int = 48,
         temperature: float = 1.0,
-        output_format: Literal["plain", "operations"] = "plain",
+        output_format: OutputFormat | None = None,
         seed: int = 0,
         on_weights_changed: Callable[[], None] | None = None,
     ):
@@ -114,14 +207,21 @@ class ExperienceExtractor:
         self.settings = settings
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        self.output_format = output_format
+        #: ``operations`` or ``plain``; ``settings.extractor_format`` unless given.
+        self.output_format = output_format or settings.extractor_format
         self.seed = seed
         self.on_weights_changed = on_weights_changed
         self.lock = threading.RLock()
         self.pending: list[ExtractorGeneration] = []
         self.updates = 0
         self.generations = 0
-        self.failed_writes = 0
+        self.counts = ExtractorCounts()
+        self._merge_calls: list[Any] = []
+
+    @property
+    def failed_writes(self) -> int:
+        """Extractions that wrote nothing because the answer was malformed."""
+        return self.counts.malformed
 
     # ------------------------------------------------------------------ generation
     def _sampling(self, max_tokens: int | None = None) -> Any:
@@ -140,10 +240,39 @@ class ExperienceExtractor:
             [generation] = self.backend.chat([messages], self._sampling(max_tokens))
         return generation
 
+    def _keep(self, generation: Any, kind: str, ids: list[int], actor_step: int, **extra: Any):
+        record = ExtractorGeneration(
+            list(generation.prompt_token_ids),
+            list(generation.completion_token_ids),
+            None
+            if generation.completion_logprobs is None
+            else list(generation.completion_logprobs),
+            [int(i) for i in ids],
+            actor_step,
+            kind=kind,
+            **extra,
+        )
+        self.pending.append(record)
+        return record
+
+    def _good_enough(self, text: str, env_family: str | None) -> bool:
+        """The ``min_quality`` gate: whether a lesson may be written."""
+        if self.settings.min_quality <= 0:
+            return True
+        if lesson_quality(text, env_family).score >= self.settings.min_quality:
+            return True
+        self.counts.rejected_lessons += 1
+        return False
+
+    def shown_experiences(self, episode: Trajectory) -> list[Any]:
+        """The lessons the episode was shown that are still in the store (reference: the
+        first turn's retrieved uids, ``last_turn_uids``), in the order shown."""
+        ids = [int(i) for i in dict.fromkeys(episode.experience_ids)]
+        return [e for e in self.manager.get(ids) if e.status == "active"]
+
     def write(self, episode: Trajectory, actor_step: int) -> list[int]:
         """Read ``episode``, write experiences through the manager; return the ids written."""
-        from comprl_gym.experience import Provenance
-
+        self.counts.extractions += 1
         provenance = Provenance(
             task_ids=(episode.task_id,),
             trajectory_ids=(episode.episode_id,),
@@ -153,99 +282,198 @@ class ExperienceExtractor:
         )
         if self.output_format == "plain":
             generation = self.generate_chat(plain_extractor_messages(episode))
-            text = generation.text.replace("<|im_end|>", "").strip()
-            if len(text) < 8:
-                self.failed_writes += 1
+            lesson = plain_lesson(generation.text)
+            if lesson is None:
+                self.counts.malformed += 1
+                return []
+            if not self._good_enough(lesson, episode.env_family):
                 return []
             title = f"{episode.env_family}: {episode.task[:80]}"
             ids = self.manager.add(
-                [{"title": title, "description": episode.task, "content": text}], provenance
+                [{"title": title, "description": "", "content": lesson}], provenance
             )
         else:
-            from comprl_gym.experience import prompts
-
-            shown = [r.experience for r in self.manager.retrieve(episode.task, record=False)]
-            messages = prompts.build_extractor_messages(
-                episode.task,
-                "success" if episode.won else "failure",
-                episode.transcript(),
-                shown,
-                episode.env_family,
+            shown = self.shown_experiences(episode)
+            generation = self.generate_chat(
+                operations_messages(episode, shown, self.settings.extractor_transcript_chars)
             )
-            generation = self.generate_chat(messages)
-            result = self.manager.apply_extractor_output(
-                generation.text, [e.id for e in shown], provenance
-            )
+            try:
+                operations = parse_extractor_output(
+                    generation.text, len(shown), self.settings.max_text_chars
+                )
+            except ExtractorOutputError as exc:
+                # The reference skips the whole generation: nothing written, never trained.
+                logger.info("extractor answer ignored: %s", exc)
+                self.counts.malformed += 1
+                return []
+            if not operations:
+                self.counts.declined += 1
+                return []
+            operations = [
+                op
+                for op in operations
+                if op.text is None
+                or self._good_enough(f"{op.text.title}. {op.text.content}", episode.env_family)
+            ]
+            result = self.manager.apply_operations(operations, [e.id for e in shown], provenance)
             ids = list(result.written_ids) if result.ok else []
             if not result.ok:
-                self.failed_writes += 1
+                self.counts.malformed += 1
+        self.counts.written += len(ids)
         if ids:
-            self.pending.append(
-                ExtractorGeneration(
-                    list(generation.prompt_token_ids),
-                    list(generation.completion_token_ids),
-                    None
-                    if generation.completion_logprobs is None
-                    else list(generation.completion_logprobs),
-                    [int(i) for i in ids],
-                    actor_step,
-                )
-            )
+            self._keep(generation, "extract", ids, actor_step)
         return [int(i) for i in ids]
 
-    def write_from_group(self, episodes: list[Trajectory], actor_step: int) -> list[int]:
-        """Write experiences from one finished task group.
+    def distill(self, episodes: list[Trajectory], actor_step: int) -> list[int]:
+        """Write experiences from one iteration's finished episodes (``experience.distill``).
 
-        The episodes most worth a lesson come first: a win when the group has wins and losses
-        (what worked), else the first episode.
+        ``with_experience`` (the reference): every episode played with experience, none of the
+        others. ``group``: per task group, the ``experiences_per_group`` most informative
+        episodes (a win first when the group has wins and losses).
         """
-        if not episodes:
-            return []
-        ordered = sorted(episodes, key=lambda e: (not e.won, e.episode_id))
         written: list[int] = []
-        for episode in ordered[: max(1, self.settings.experiences_per_group)]:
-            written += self.write(episode, actor_step)
+        if self.settings.distill == "with_experience":
+            for episode in episodes:
+                if episode.with_experience and not episode.error:
+                    written += self.write(episode, actor_step)
+            return written
+        groups: dict[int, list[Trajectory]] = {}
+        for episode in episodes:
+            groups.setdefault(episode.group, []).append(episode)
+        for group in groups.values():
+            ordered = sorted(group, key=lambda e: (not e.won, e.episode_id))
+            for episode in ordered[: max(1, self.settings.experiences_per_group)]:
+                written += self.write(episode, actor_step)
         return written
 
-    def refine(self, question: str, experiences: list[Any], context: str | None = None) -> str:
-        """Answer ``search_and_ask`` from retrieved experiences (the extractor's refiner)."""
-        from comprl_gym.experience import prompts
+    # ------------------------------------------------------------------ refinements
+    def refine(
+        self, question: str, experiences: list[Any], context: dict[str, Any] | None = None
+    ) -> str:
+        """Answer ``search_and_ask`` from retrieved experiences (the extractor's refiner).
 
+        The answer is kept as a training sample until :meth:`credit_refinements` finds the
+        trajectory that asked and gives it that trajectory's outcome.
+        """
         messages = prompts.build_refiner_messages(question, experiences, context)
         generation = self.generate_chat(messages, max_tokens=self.max_new_tokens)
-        return generation.text.replace("<|im_end|>", "").strip()
+        answer = prompts.extract_answer(generation.text.replace("<|im_end|>", ""))
+        self.counts.refinements += 1
+        self._keep(generation, "refine", [], -1, question=question, answer=answer)
+        return answer
 
-    def merge_window(self, window: list[Any]) -> str:
-        """Decide keep / merge / drop for a window of entries (the manager applies it)."""
-        from comprl_gym.experience import prompts
+    def credit_refinements(self, episodes: list[Trajectory], actor_step: int) -> int:
+        """Give each refinement the outcome (+1 won, -1 lost) of the with-experience trajectory
+        whose ``search_and_ask`` turn it answered (reference ``add_memory_metadata_to_rollout``:
+        the asking trajectory's score, 0 -> -1). Returns how many were credited."""
+        open_ = [g for g in self.pending if g.kind == "refine" and g.reward is None]
+        credited = 0
+        for episode in episodes:
+            if not episode.with_experience:
+                continue
+            for turn in episode.turns:
+                question = _SEARCH.parse(turn.action)
+                if question is None:
+                    continue
+                match = next(
+                    (
+                        g
+                        for g in open_
+                        if g.reward is None
+                        and g.question == question
+                        and g.answer in turn.next_observation
+                    ),
+                    None,
+                )
+                if match is not None:
+                    match.reward = 1.0 if episode.won else -1.0
+                    match.actor_step = actor_step
+                    credited += 1
+        for g in open_:
+            g.rounds += 1
+        self.pending = [
+            g
+            for g in self.pending
+            if not (g.kind == "refine" and g.reward is None and g.rounds >= REFINEMENT_ROUNDS)
+        ]
+        return credited
 
-        generation = self.generate_chat(prompts.build_merge_messages(window))
+    # ------------------------------------------------------------------ merging
+    def merge_chunk(self, texts: list[str]) -> str:
+        """One merge call: ``<<<KNOWLEDGE_ITEM>>>`` blocks or ``return`` for a chunk of items."""
+        generation = self.generate_chat(prompts.build_merge_messages(texts))
+        self._merge_calls.append(generation)
+        self.counts.merge_calls += 1
         return generation.text
 
+    def maybe_merge(self, actor_step: int) -> Any:
+        """Let the manager merge on its schedule; each family's answering call becomes a sample
+        scored by the trajectories that later use the entries it produced."""
+        self._merge_calls = []
+        report = self.manager.maybe_merge(
+            actor_step, self.merge_chunk, policy_version=f"extractor-update-{self.updates}"
+        )
+        if report is not None:
+            for scope in report.scopes:
+                if scope.answer_call is None or not scope.new_ids:
+                    continue
+                found = self.manager.get(scope.new_ids)
+                baseline = (sum(e.uses for e in found), sum(e.wins for e in found))
+                self._keep(
+                    self._merge_calls[scope.answer_call],
+                    "merge",
+                    scope.new_ids,
+                    actor_step,
+                    baseline=baseline,
+                )
+        self._merge_calls = []
+        return report
+
     # ------------------------------------------------------------------ rewards and training
+    def _max_train_count(self, generation: ExtractorGeneration) -> int:
+        # A refinement's reward never changes: training on it again would only repeat it.
+        return 1 if generation.kind == "refine" else self.settings.max_train_count
+
     def ready_samples(self, actor_step: int) -> list[tuple[ExtractorGeneration, TrainSample]]:
-        """Generations with a reward and a positive weight from the manager's training-weight
-        policy (0 inside the cooldown)."""
-        candidates = [g for g in self.pending if g.times_trained < self.settings.max_train_count]
+        """The next extractor batch: generations with a reward and a positive training weight,
+        least trained and oldest first, at most ``extractor_batch_size``; advantages
+        ``r - mean(r over the batch)``, weights from the manager's one policy."""
+        candidates = [g for g in self.pending if g.times_trained < self._max_train_count(g)]
         weights = self.manager.sample_weights([g.written_ids for g in candidates], actor_step)
-        chosen = []
+        scored = []
         for generation, weight in zip(candidates, weights):
             if weight <= 0:
                 continue
-            reward = generation_reward(self.manager, generation.written_ids, self.settings.min_uses)
-            if reward is None:
-                continue
-            sample = TrainSample.from_generation(
-                generation.prompt_token_ids,
-                generation.completion_token_ids,
-                advantage=reward,
-                completion_logprobs=generation.completion_logprobs,
-                weight=weight,
-                meta={"written_ids": generation.written_ids},
+            reward = (
+                generation.reward
+                if generation.kind == "refine"
+                else generation_reward(
+                    self.manager,
+                    generation.written_ids,
+                    self.settings.min_uses,
+                    tuple(generation.baseline),  # type: ignore[arg-type]
+                )
             )
-            chosen.append((generation, sample))
-        chosen.sort(key=lambda pair: (pair[0].times_trained, pair[0].actor_step))
-        return chosen[: self.settings.extractor_batch_size]
+            if reward is not None:
+                scored.append((generation, reward, weight))
+        scored.sort(key=lambda item: (item[0].times_trained, item[0].actor_step))
+        batch = scored[: self.settings.extractor_batch_size]
+        advantages = batch_advantages([reward for _, reward, _ in batch])
+        return [
+            (
+                generation,
+                # No sampler log-probs: the old log-probs are recomputed by the trainer from
+                # the current weights (reference ``_start_memory_model_train``).
+                TrainSample.from_generation(
+                    generation.prompt_token_ids,
+                    generation.completion_token_ids,
+                    advantage=advantage,
+                    weight=weight,
+                    meta={"reward": reward, "kind": generation.kind, "ids": generation.written_ids},
+                ),
+            )
+            for (generation, reward, weight), advantage in zip(batch, advantages)
+        ]
 
     def train_step(self, actor_step: int) -> dict[str, float] | None:
         """One CISPO update on the ready samples, or ``None`` when none is ready."""
@@ -254,16 +482,24 @@ class ExperienceExtractor:
             return None
         with self.lock:
             stats = self.optimizer.update([sample for _, sample in ready])
-            self.updates += 1
+            # ``updates`` counts optimiser steps: a batch whose advantages are all 0 (every r
+            # equal, e.g. no win yet) takes none, as the reference's would change nothing.
+            stepped = stats["samples"] > 0 and not self.optimizer.settings.frozen
+            self.updates += int(stepped)
             for generation, _ in ready:
                 generation.times_trained += 1
             ids = sorted({m for g, _ in ready for m in g.written_ids})
-            self.manager.mark_trained(ids, actor_step)
-            if self.on_weights_changed is not None and not self.optimizer.settings.frozen:
+            if ids:
+                self.manager.mark_trained(ids, actor_step)
+            if self.on_weights_changed is not None and stepped:
                 self.on_weights_changed()
         # Generations that can never be trained again are forgotten.
-        self.pending = [g for g in self.pending if g.times_trained < self.settings.max_train_count]
-        stats["reward_mean"] = sum(s.advantage for _, s in ready) / len(ready)
+        self.pending = [g for g in self.pending if g.times_trained < self._max_train_count(g)]
+        rewards = [s.meta["reward"] for _, s in ready]
+        stats["reward_mean"] = sum(rewards) / len(rewards)
+        stats["batch"] = len(ready)
+        for kind in ("extract", "refine", "merge"):
+            stats[f"samples_{kind}"] = sum(s.meta["kind"] == kind for _, s in ready)
         return stats
 
     # ------------------------------------------------------------------ state
@@ -273,12 +509,12 @@ class ExperienceExtractor:
             "pending": [g.to_dict() for g in self.pending],
             "updates": self.updates,
             "generations": self.generations,
-            "failed_writes": self.failed_writes,
+            "counts": self.counts.to_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        self.pending = [ExtractorGeneration(**g) for g in state["pending"]]
+        self.pending = [ExtractorGeneration.from_dict(g) for g in state["pending"]]
         self.updates = int(state["updates"])
         self.generations = int(state["generations"])
-        self.failed_writes = int(state["failed_writes"])
+        self.counts = ExtractorCounts(**state.get("counts", {}))

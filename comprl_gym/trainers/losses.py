@@ -87,26 +87,55 @@ def clipped_pg_loss(
     return loss, stats
 
 
+CispoVariant = Literal["clip", "trl"]
+
+
+def cispo_weights(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    eps_low: float = 0.1,
+    eps_high: float = 0.1,
+    variant: CispoVariant = "clip",
+) -> torch.Tensor:
+    """The detached per-token CISPO weight: ``clip(r, 1 - eps_low, 1 + eps_high)`` (``clip``)
+    or ``min(r, 1 + eps_high)`` (``trl``), with ``r = exp(logp - old_logp)``."""
+    ratio = torch.exp(logp.detach() - old_logp)
+    if variant == "clip":
+        return torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    if variant == "trl":
+        return torch.clamp(ratio, max=1.0 + eps_high)
+    raise ValueError(f"CISPO variant must be 'clip' or 'trl', got {variant!r}")
+
+
 def cispo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    eps_high: float = 5.0,
-    normalization: Normalization = "token",
+    eps_low: float = 0.1,
+    eps_high: float = 0.1,
+    variant: CispoVariant = "clip",
+    normalization: Normalization = "sequence",
     num_tokens: float | None = None,
     num_sequences: float | None = None,
 ) -> torch.Tensor:
-    """CISPO (MiniMax-M1; TRL ``loss_type="cispo"``): ``-sg(min(r, eps_high)) * A * log p``.
+    """CISPO (MiniMax-M1): ``-sg(w) * A * log p`` per token, ``w`` the clipped IS ratio.
 
-    ``r = exp(logp - old_logp)`` is the per-token importance ratio. It is clipped from above
-    only and detached, so the gradient of every token is ``-w A grad log p``: no token is ever
-    dropped from the gradient, unlike PPO clipping. ``eps_high`` bounds the ratio itself
-    (TRL: ``torch.clamp(coef_1, max=epsilon_high)``; ScaleRL recommends 5.0), not ``1 + eps``.
-    Normalised over the active tokens of the batch, as TRL does for ``cispo``.
+    ``variant="clip"`` is the paper's and the Complementary RL reference's
+    (``roll/utils/actor_pg_losses.py::compute_cispo_pg_loss_mat_and_metrics``, l.164-218, and
+    ``memory_model_worker.py::MemoryActorWorker.loss_func``)::
+
+        w = clamp(ratio, 1 - eps_low, 1 + eps_high).detach(); loss = -w * A * log p
+
+    with ``eps_low = eps_high = 0.1`` (reference ``memory_cispo_epsilon_low/high``) and the
+    aggregation ``seq-mean-token-mean`` (``normalization="sequence"``: mean over each
+    sequence's active tokens, then over sequences). ``variant="trl"`` is TRL's
+    ``loss_type="cispo"``: the ratio capped from above only, at ``1 + eps_high`` (TRL's
+    ``epsilon_high`` is that cap). Either way the gradient of every active token is
+    ``-w A grad log p / normaliser``: no token is dropped from the gradient, unlike PPO.
     """
     advantages = _as_column(advantages).to(logp.dtype)
-    weight = torch.clamp(torch.exp(logp - old_logp), max=eps_high).detach()
+    weight = cispo_weights(logp, old_logp, eps_low, eps_high, variant)
     per_token = -weight * advantages * logp
     return aggregate(per_token, mask, normalization, num_tokens, num_sequences)
 
@@ -117,15 +146,30 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     temperature: float = 1.0,
     logits_to_keep: int | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log-probability of each token given the ones before it.
 
     Without ``logits_to_keep`` the shape is ``(batch, tokens - 1)`` and entry ``[b, t]`` is
     ``log p(input_ids[b, t + 1] | input_ids[b, : t + 1])``. With ``logits_to_keep=k`` only the
     last ``k`` tokens are scored (shape ``(batch, k)``) and the LM head runs on ``k + 1``
-    positions only, as TRL does for completions: prompts are long, completions short. Only
+    positions only, as TRL does for completions: prompts are long, completions short. With
+    ``positions`` (a 1-D index tensor) entry ``[b, j]`` is the log-prob of token
+    ``positions[j] + 1`` and the head runs on those positions only. Only
     the gathered entries are kept, never a full ``(batch, tokens, vocab)`` log-softmax.
     """
+    if positions is not None:
+        # Only the scored positions run through the LM head: a multi-turn sequence trains a
+        # few dozen of its thousands of tokens, and the head's (tokens, vocab) logits dominate
+        # memory. Entry [b, j] scores input_ids[b, positions[j] + 1].
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions
+        ).logits
+        if temperature != 1.0:
+            logits = logits / temperature
+        targets = input_ids[:, positions + 1].unsqueeze(-1)
+        picked = torch.gather(logits, -1, targets).squeeze(-1)
+        return picked - torch.logsumexp(logits.float(), dim=-1).to(picked.dtype)
     length = input_ids.shape[1]
     if logits_to_keep is None or logits_to_keep >= length:
         logits_to_keep = length - 1

