@@ -32,8 +32,10 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +142,12 @@ def keep(values: list[str]) -> list[str]:
     return values
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 #: Each README option -> its values at tiny size. An option missing here fails the test.
 OPTIONS: dict[str, Callable[[list[str]], list[str]]] = {
     "--episodes": lambda values: ["1"],
@@ -153,6 +161,12 @@ OPTIONS: dict[str, Callable[[list[str]], list[str]]] = {
     "--resume": keep,
     "--agent": keep,  # shrunk by AGENTS
     "--config": lambda values: [str(REPO_ROOT / values[0])],  # the README runs in the checkout
+    # serve: loopback on a free port, a short idle timeout; the rest as written.
+    "--host": lambda values: ["127.0.0.1"],
+    "--port": lambda values: [str(_free_port())],
+    "--max-sessions": keep,
+    "--idle-timeout": keep,
+    "--env-arg": keep,
 }
 
 #: Options added where the README command leaves them at their (large) defaults
@@ -477,7 +491,36 @@ def check_train(shrunk, proc, work):
 
 
 #: ``comprl-gym`` sub-command -> what its run must show.
+def serve_until_healthy(argv: list[str], cwd: Path) -> dict:
+    """``comprl-gym serve`` runs until stopped: start it, read ``/health``, stop it."""
+    import httpx
+
+    port = argv[argv.index("--port") + 1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "comprl_gym.cli", *argv], cwd=cwd, env=_env(), text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+            except httpx.TransportError:
+                assert process.poll() is None, f"comprl-gym {argv} exited {process.returncode}"
+                assert time.monotonic() < deadline, "the server never answered /health"
+                time.sleep(0.3)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def check_serve(shrunk, health, work):
+    served = [a for a in shrunk.argv[1:] if a.startswith("comprl/")]
+    assert health["status"] == "healthy" and health["active_sessions"] == 0
+    assert health["env_ids"] == served
+
+
 CHECKS = {
+    "serve": check_serve,
     "envs": check_envs,
     "play": check_play,
     "run": check_run,
@@ -587,7 +630,7 @@ def test_reading_joins_continuations_drops_comments_and_keeps_quotes():
 @pytest.mark.parametrize(
     "line, missing",
     [
-        ("comprl-gym serve --port 8000", "CHECKS"),
+        ("comprl-gym fly --port 8000", "CHECKS"),
         ("comprl-gym eval comprl/WebShop-v0 --agent hf:smollm2 --parallel 4", "OPTIONS"),
         ("comprl-gym eval comprl/WebShop-v0 --agent vllm:qwen3", "AGENTS"),
         ("comprl-gym play ENV_ID", "PLACEHOLDERS"),
@@ -650,5 +693,8 @@ def test_readme_command(command, work, request):
     shrunk = shrink(command, work, request)
     if command.subcommand == "play":
         shrunk.stdin = play_stdin(shrunk)
+    if command.subcommand == "serve":
+        check_serve(shrunk, serve_until_healthy(shrunk.argv, work), work)
+        return
     proc = comprl_gym(shrunk.argv, work, shrunk.stdin)
     CHECKS[command.subcommand](shrunk, proc, work)
