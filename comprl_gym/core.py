@@ -244,6 +244,21 @@ _VISIBLE = {c: f"\\x{c:02x}" for c in [*range(0x09), *range(0x0B, 0x20), *range(
 _VISIBLE.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
 
 
+def action_text(action: Any) -> str | None:
+    """An action as the text an env reads: bytes decoded (invalid UTF-8 replaced), numpy
+    strings as ``str``; ``None`` for anything that is not text.
+
+    Example:
+        >>> action_text(b"north"), action_text("go"), action_text(3)
+        ('north', 'go', None)
+    """
+    if isinstance(action, bytes):
+        action = action.decode("utf-8", errors="replace")
+    if isinstance(action, np.str_):
+        action = str(action)
+    return action if isinstance(action, str) else None
+
+
 def printable_text(text: str | bytes) -> str:
     r"""``text`` as printable text: what every comprl env shows an agent (and a terminal).
 
@@ -350,22 +365,19 @@ class TextEnv(gym.Env[str, str]):
         return observation, self._info(invalid_action=False, extra=extra)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if isinstance(action, bytes):
-            action = action.decode("utf-8", errors="replace")
-        if isinstance(action, np.str_):
-            action = str(action)
-        if not isinstance(action, str):
+        text = action_text(action)
+        if text is None:
             transition = self._refuse(
                 repr(action), f"actions are strings, got {type(action).__name__}"
             )
-        elif not action.strip():
-            transition = self._refuse(action, "the action is empty")
-        elif len(action) > MAX_ACTION_CHARS:
+        elif not text.strip():
+            transition = self._refuse(text, "the action is empty")
+        elif len(text) > MAX_ACTION_CHARS:
             transition = self._refuse(
-                action, f"the action is longer than {MAX_ACTION_CHARS} characters"
+                text, f"the action is longer than {MAX_ACTION_CHARS} characters"
             )
         else:
-            transition = self._step_task(action)
+            transition = self._step_task(text)
         self._step_count += 1
         self._won = self._won or transition.won
         self._score = transition.score if not transition.invalid_action else self._score

@@ -19,14 +19,19 @@ import json
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.utils import convert_to_ws_url
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
-from comprl_gym.core import MAX_ACTION_CHARS, MAX_OBSERVATION_CHARS, EnvBackendError, UnicodeText
+from comprl_gym.core import (
+    MAX_ACTION_CHARS,
+    MAX_OBSERVATION_CHARS,
+    EnvBackendError,
+    UnicodeText,
+    action_text,
+)
 from comprl_gym.serving.models import ComprlAction, ComprlObservation, ComprlState
 
 
@@ -155,13 +160,9 @@ class RemoteEnv(gym.Env[str, str]):
         return observation.text, observation.info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        # The same coercions as TextEnv.step, so the server's env sees what a local one would.
-        if isinstance(action, bytes):
-            action = action.decode("utf-8", errors="replace")
-        if isinstance(action, np.str_):
-            action = str(action)
-        if not isinstance(action, str):
-            action = repr(action)
+        # The same coercion as TextEnv.step, so the server's env sees what a local one would.
+        text = action_text(action)
+        action = text if text is not None else repr(action)
         observation = self._client.step(ComprlAction(text=action)).observation
         self._last_observation = observation.text
         reward = float(observation.reward or 0.0)
