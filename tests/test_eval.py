@@ -17,7 +17,7 @@ from comprl_gym.evaluation.eval import (
     summarize,
     summary_markdown,
 )
-from comprl_gym.evaluation.stats import bootstrap_ci, paired_difference_ci
+from comprl_gym.evaluation.stats import bootstrap_ci, paired_difference_interval
 
 ENV = "comprl/MiniHack-Room-5x5-v0"
 
@@ -67,11 +67,11 @@ def test_bootstrap_interval_on_known_data():
 def test_paired_difference_interval():
     with_exp = [1, 1, 1, 0, 1, 1, 1, 1, 1, 1] * 3
     without = [0, 1, 0, 0, 1, 0, 1, 0, 1, 0] * 3
-    ci = paired_difference_ci(with_exp, without)
+    ci = paired_difference_interval(with_exp, without)
     assert ci.mean == pytest.approx(0.5)
     assert 0 < ci.low < 0.5 < ci.high <= 0.8
     with pytest.raises(ValueError):
-        paired_difference_ci([1], [1, 0])
+        paired_difference_interval([1], [1, 0])
 
 
 # ---- runs ------------------------------------------------------------------------------------

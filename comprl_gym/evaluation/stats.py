@@ -20,7 +20,7 @@
 * How many episodes would resolve a difference of ``RESOLVABLE_DIFFERENCE`` (0.1):
   :func:`episodes_needed` and :func:`pairs_needed`.
 
-:func:`bootstrap_ci` and :func:`paired_difference_ci` are the plain percentile bootstrap.
+:func:`bootstrap_ci` is the plain percentile bootstrap.
 
 Example:
     >>> print(wilson_interval(0, 4))
@@ -314,25 +314,6 @@ def mean_ci(
 # --------------------------------------------------------------------------------------------
 # Paired differences
 # --------------------------------------------------------------------------------------------
-def paired_difference_ci(
-    with_values: Sequence[float],
-    without_values: Sequence[float],
-    level: float = 0.95,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-) -> Interval:
-    """Percentile-bootstrap interval of the mean paired difference ``with - without``.
-
-    It collapses when every pair agrees: for 0/1 outcomes use
-    :func:`paired_difference_interval`.
-    """
-    a = np.asarray(with_values, dtype=float)
-    b = np.asarray(without_values, dtype=float)
-    if a.shape != b.shape:
-        raise ValueError(f"paired samples differ in length: {a.size} vs {b.size}")
-    return bootstrap_ci(a - b, level=level, resamples=resamples, seed=seed)
-
-
 def _paired_table(
     with_outcomes: Sequence[float], without_outcomes: Sequence[float]
 ) -> tuple[int, int, int, int]:
