@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def cache_dir(*parts: str) -> Path:
@@ -85,3 +88,26 @@ def parse_key_values(pairs: list[str], flag: str = "--env-arg") -> dict[str, Any
         except json.JSONDecodeError:
             kwargs[key] = value
     return kwargs
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON types: numpy scalars and arrays, tuples and sets become numbers
+    and lists, NaN and infinities ``None`` (JSON has neither), anything else its ``str``.
+
+    Example:
+        >>> jsonable({"a": (1, 2), "b": float("nan"), "c": Path("x")})
+        {'a': [1, 2], 'b': None, 'c': 'x'}
+    """
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return jsonable(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

@@ -61,7 +61,7 @@ from comprl_gym.evaluation.stats import (
 from comprl_gym.experience import ExperienceManager
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker, Trajectory, append_jsonl
-from comprl_gym.utils import atomic_write_json, atomic_write_text
+from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
 from comprl_gym.wrappers import ExperienceAugmentedEnv
 
 logger = logging.getLogger(__name__)
@@ -310,7 +310,7 @@ def run_eval(config: EvalConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         config_path,
-        {"identity": config.identity(), "config": _jsonable(asdict(config)), "env_ids": env_ids},
+        {"identity": config.identity(), "config": jsonable(asdict(config)), "env_ids": env_ids},
     )
 
     done = {r["key"] for r in load_episodes(out)} if config.resume else set()
@@ -596,18 +596,5 @@ def _seeds_markdown(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 
 def write_summary(out_dir: str | os.PathLike[str], summary: dict[str, Any]) -> None:
-    atomic_write_json(Path(out_dir) / SUMMARY_FILE, _jsonable(summary))
+    atomic_write_json(Path(out_dir) / SUMMARY_FILE, jsonable(summary))
     atomic_write_text(Path(out_dir) / SUMMARY_MD, summary_markdown(summary))
-
-
-def _jsonable(obj: Any) -> Any:
-    """NaN is not JSON: write it as null."""
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj

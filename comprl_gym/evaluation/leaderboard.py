@@ -39,7 +39,6 @@ from comprl_gym.evaluation.eval import (
     CONFIG_FILE,
     EPISODES_FILE,
     PLAIN,
-    _jsonable,
     _seeds_markdown,
     _warnings_markdown,
     load_episodes,
@@ -51,7 +50,7 @@ from comprl_gym.evaluation.stats import (
     seed_summary,
 )
 from comprl_gym.families import family_spec, family_specs
-from comprl_gym.utils import atomic_write_json, atomic_write_text
+from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
 
 #: Episodes per run embedded in the HTML viewer, and characters per text field.
 MAX_VIEWER_EPISODES = 300
@@ -299,7 +298,7 @@ document.body.setAttribute("data-ready", "1");
 
 def leaderboard_html(board: dict[str, Any], title: str = "comprl-gym leaderboard") -> str:
     """A self-contained page; the data is embedded as JSON (``</`` escaped)."""
-    data = json.dumps(_jsonable(board), ensure_ascii=False).replace("</", "<\\/")
+    data = json.dumps(jsonable(board), ensure_ascii=False).replace("</", "<\\/")
     return _HTML.replace("__TITLE__", html.escape(title)).replace("__DATA__", data)
 
 
@@ -314,6 +313,6 @@ def write_leaderboard(
         "html": out / "leaderboard.html",
     }
     atomic_write_text(paths["markdown"], leaderboard_markdown(board, title))
-    atomic_write_json(paths["json"], _jsonable({k: v for k, v in board.items() if k != "episodes"}))
+    atomic_write_json(paths["json"], jsonable({k: v for k, v in board.items() if k != "episodes"}))
     atomic_write_text(paths["html"], leaderboard_html(board, title))
     return paths

@@ -10,16 +10,12 @@ Example:
     {'metadata': {}, 'text': 'north'}
     >>> ComprlObservation(text="You see a wall.", reward=0.0).done
     False
-    >>> jsonable({"a": (1, 2)})
-    {'a': [1, 2]}
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
@@ -53,20 +49,3 @@ class ComprlState(State):
 
     env_id: str | None = Field(default=None, description="the id this session plays")
     done: bool = Field(default=False, description="the current episode is over")
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with numpy scalars and arrays, tuples and sets as plain JSON types."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, np.generic):
-        return jsonable(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)

@@ -53,7 +53,8 @@ from pydantic_core import PydanticCustomError
 
 import comprl_gym
 from comprl_gym.core import ComprlGymError, ConfigurationError
-from comprl_gym.serving.models import ComprlAction, ComprlObservation, ComprlState, jsonable
+from comprl_gym.serving.models import ComprlAction, ComprlObservation, ComprlState
+from comprl_gym.utils import jsonable
 
 #: Routes a client may call without the bearer token (container health checks).
 OPEN_PATHS = frozenset({"/health"})
