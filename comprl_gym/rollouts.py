@@ -298,12 +298,14 @@ class RolloutConfig:
         keep_text: store observations and replies in turns (off saves space for training).
         split_on_oom: when the backend runs out of memory, retry the batch in halves.
         progress: show a tqdm bar over finished episodes.
+        progress_label: the bar's description.
     """
 
     max_turns: int | None = 200
     keep_text: bool = True
     split_on_oom: bool = True
     progress: bool = False
+    progress_label: str = "episodes"
 
 
 @dataclass
@@ -366,7 +368,7 @@ class RolloutWorker:
         if self.config.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(seeds), desc="episodes", unit="ep")
+            bar = tqdm(total=len(seeds), desc=self.config.progress_label, unit="ep")
 
         def start(slot_id: int) -> None:
             slot = slots[slot_id]

@@ -259,3 +259,31 @@ def test_full_action_set_gets_unique_names():
     _, _, _, _, info = env.step("n")  # short alias of north, not of "far north"
     assert info["invalid_action"] is False
     env.close()
+
+
+def test_generated_east_room_is_the_layout_its_des_file_draws():
+    """``Room-East-4x3`` (envs/minihack/layouts.py), the demo task: the start row varies with
+    the seed, the staircase is always three columns east, and walking there wins."""
+    env = gym.make("comprl/MiniHack-Room-East-4x3-v0")
+    offsets = set()
+    for seed in range(12):
+        obs, _ = env.reset(seed=seed)
+        stairs = next(line for line in obs.splitlines() if line.startswith("- staircase down:"))
+        offsets.add(stairs)
+        assert stairs.startswith("- staircase down: 3 steps east")
+        assert "west: wall" in obs  # the west column
+    # Rows 1-3 of the west column: on the stairs' row, one north of it, one south of it.
+    assert offsets == {
+        "- staircase down: 3 steps east",
+        "- staircase down: 3 steps east and 1 step north",
+        "- staircase down: 3 steps east and 1 step south",
+    }
+    obs, _ = env.reset(seed=0)
+    first = (
+        "south-east" if "1 step south" in obs else "north-east" if "1 step north" in obs else "east"
+    )
+    for action, last in ((first, False), ("east", False), ("east", True)):
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert terminated == last
+    assert info["won"] is True
+    env.close()

@@ -329,6 +329,35 @@ def test_update_moves_probability_towards_positive_advantage_and_lora_trains_ada
         assert all(torch.equal(state[k], v) for k, v in opt.model.state_dict().items())
 
 
+def test_lora_top_layers_adapts_only_the_last_blocks_and_the_gradient_stops_there():
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(1)
+    from comprl_gym.core import ConfigurationError
+    from comprl_gym.trainers.config import LoraSettings, ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    settings = ModelSettings(
+        model="tiny", lr=1e-2, lora=LoraSettings(enabled=True, r=4, top_layers=1)
+    )
+    opt = PolicyOptimizer.from_settings(settings, loss="clipped", normalization="token")
+    blocks = opt.model.config.num_hidden_layers  # the tiny model has 2
+    adapted = {n for n, p in opt.model.named_parameters() if p.requires_grad}
+    assert adapted and all(f"layers.{blocks - 1}." in n and "lora_" in n for n in adapted)
+    # Every linear map of the last block is adapted ("all-linear"), none of the others.
+    assert {n.split(f"layers.{blocks - 1}.")[1].split(".lora_")[0] for n in adapted} >= {
+        "self_attn.q_proj",
+        "mlp.down_proj",
+    }
+    assert opt.update([TrainSample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], advantage=1.0)])["samples"]
+    assert all(p.grad is None for p in opt.model.parameters())  # zeroed after the step
+    with pytest.raises(ConfigurationError, match="top_layers"):
+        PolicyOptimizer.from_settings(
+            ModelSettings(model="tiny", lora=LoraSettings(enabled=True, top_layers=blocks + 1))
+        )
+
+
 # ------------------------------------------------------------------------------ actor samples
 def _episode(n_turns: int, reward: float, group: int = 0, with_experience: bool = False):
     """A hand-made multi-turn episode: each turn adds 2 prompt tokens and samples 2 tokens."""

@@ -209,8 +209,8 @@ def test_warm_up_builds_the_store_without_retrieval_or_updates(tmp_path):
         played = []
         original_play = trainer.play
 
-        def recording_play(tasks, greedy=False):
-            episodes = original_play(tasks, greedy)
+        def recording_play(tasks):
+            episodes = original_play(tasks)
             played.append(episodes)
             return episodes
 
@@ -249,9 +249,9 @@ def test_rollouts_wait_for_pending_extractions_and_evaluation_writes_nothing(tmp
         pending_at_rollout = []
         original_play = trainer.play
 
-        def recording_play(tasks, greedy=False):
+        def recording_play(tasks):
             pending_at_rollout.append(trainer.worker.pending)
-            return original_play(tasks, greedy)
+            return original_play(tasks)
 
         trainer.play = recording_play
         trainer.train_iteration()

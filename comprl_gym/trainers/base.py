@@ -59,6 +59,7 @@ from comprl_gym.trainers.config import TrainConfig
 from comprl_gym.trainers.extractor import ExperienceExtractor
 from comprl_gym.trainers.metrics import MetricsLogger
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
+from comprl_gym.trainers.report import compare_with_before, plot_learning_curve
 from comprl_gym.utils import atomic_write_json
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,8 @@ class Trainer:
         self.task_rng = random.Random(config.seed)
         self.iteration = 0
         self.rollouts_done = 0
+        #: The untrained actor's held-out results (``eval_before``), kept in checkpoints.
+        self.evaluation_before: dict[str, Any] | None = None
         #: Agents made in this iteration: part of each batch's sampling seed.
         self._play_calls = 0
         self.clock = WaitClock()
@@ -302,7 +305,7 @@ class Trainer:
             return self.extractor.refine(question, experiences, context)
 
     # ------------------------------------------------------------------ one iteration
-    def play(self, tasks: list[TaskRef], greedy: bool = False) -> list[Trajectory]:
+    def play(self, tasks: list[TaskRef]) -> list[Trajectory]:
         """K rollouts of every task (the first K/2 with experience when it is on)."""
         k = self.config.group_size
         jobs = []
@@ -314,9 +317,9 @@ class Trainer:
                 slots[(task.env_id, with_exp)] = slot + 1
                 env = self.make_env(task.env_id, with_exp, slot)
                 jobs.append((env, task, group, with_exp))
-        return self.play_jobs(jobs, greedy=greedy)
+        return self.play_jobs(jobs)
 
-    def _agent(self, greedy: bool) -> LLMAgent:
+    def _agent(self, temperature: float | None = None) -> LLMAgent:
         """A fresh agent per batch, its sampling seed fixed by (run seed, iteration, batch).
 
         Seeding per batch rather than per agent lifetime makes a resumed run sample exactly what
@@ -328,7 +331,7 @@ class Trainer:
         return LLMAgent(
             self.actor_backend,
             LLMAgentConfig(
-                temperature=0.0 if greedy else settings.temperature,
+                temperature=settings.temperature if temperature is None else temperature,
                 max_tokens=settings.max_new_tokens,
                 seed=seed,
                 prompt=PromptConfig(
@@ -340,20 +343,27 @@ class Trainer:
         )
 
     def play_jobs(
-        self, jobs: list[tuple[Any, TaskRef, int, bool]], greedy: bool = False
+        self,
+        jobs: list[tuple[Any, TaskRef, int, bool]],
+        temperature: float | None = None,
+        progress: str = "",
     ) -> list[Trajectory]:
         """Play ``(env, task, group, with_experience)`` jobs in one batched rollout call.
 
         Trajectories come back in job order, their ``group`` and ``with_experience`` in ``meta``.
+        ``temperature`` overrides the actor's rollout temperature; ``progress`` names a progress
+        bar over the episodes (none when empty or when ``config.progress`` is off).
         """
         cfg = self.config
         trajectories = collect_rollouts(
             [env for env, _, _, _ in jobs],
-            self._agent(greedy),
+            self._agent(temperature),
             [task.seed for _, task, _, _ in jobs],
             # Search steps of the experience wrapper do not count towards the env's step limit.
             config=RolloutConfig(
-                max_turns=cfg.max_episode_steps + cfg.experience.search_and_ask_budget + 1
+                max_turns=cfg.max_episode_steps + cfg.experience.search_and_ask_budget + 1,
+                progress=bool(progress) and cfg.progress,
+                progress_label=progress or "episodes",
             ),
             meta=[{"group": group, "with_experience": with_exp} for _, _, group, with_exp in jobs],
         )
@@ -536,6 +546,8 @@ class Trainer:
             disable=not cfg.progress,
         )
         start = time.perf_counter()
+        if cfg.eval_before and cfg.eval_tasks > 0 and self.evaluation_before is None:
+            self.evaluation_before = self.evaluate(before_training=True)
         last: dict[str, Any] = {}
         while self.iteration < cfg.iterations:
             last = self.train_iteration()
@@ -552,28 +564,34 @@ class Trainer:
             "iterations": self.iteration,
             "rollouts": self.rollouts_done,
             "train_time_s": time.perf_counter() - start,
+            "eval_temperature": cfg.eval_temperature,
             "last": last,
+            "evaluation_before": self.evaluation_before or {},
             "evaluation": evaluation,
+            "comparison": compare_with_before(self.evaluation_before or {}, evaluation),
         }
         atomic_write_json(self.output_dir / "summary.json", summary)
+        plot_learning_curve(self.metrics.read(), summary, self.output_dir / "learning_curve.png")
         return summary
 
-    def evaluate(self) -> dict[str, Any]:
-        """Held-out tasks (seeds after the training pool), greedy, with and without experience.
+    def evaluate(self, before_training: bool = False) -> dict[str, Any]:
+        """Held-out tasks (seeds after the training pool), with and without experience.
 
-        Each (env id, mode) plays its ``eval_tasks`` episodes in one batched rollout call.
-        ``success`` is the rate and ``success_ci`` its Wilson interval; with both modes,
-        ``with_experience.difference`` is the paired difference with - without over the same
-        tasks, with Newcombe's interval.
+        Episodes are sampled at ``eval_temperature`` (0: greedy); each (env id, mode) plays its
+        ``eval_tasks`` episodes in one batched rollout call. ``success`` is the rate and
+        ``success_ci`` its Wilson interval; with both modes, ``with_experience.difference`` is
+        the paired difference with - without over the same tasks, with Newcombe's interval.
+        ``before_training`` plays without experience only (the store is empty then) and keeps
+        each episode's outcome in ``won`` for the before/after comparison.
         """
         cfg = self.config
         self._play_calls = 0
-        modes = [False, True] if self.manager is not None else [False]
+        with_modes = [False, True] if self.manager is not None and not before_training else [False]
         table: dict[str, Any] = {}
         for env_id in cfg.env_ids:
             row: dict[str, Any] = {}
             won: dict[bool, list[float]] = {}
-            for with_exp in modes:
+            for with_exp in with_modes:
                 jobs = [
                     (
                         self.make_env(env_id, with_exp, t, evaluation=True),
@@ -583,8 +601,11 @@ class Trainer:
                     )
                     for t in range(cfg.eval_tasks)
                 ]
-                episodes = self.play_jobs(jobs, greedy=True)
                 label = "with_experience" if with_exp else "without_experience"
+                when = "before training" if before_training else label.replace("_", " ")
+                episodes = self.play_jobs(
+                    jobs, temperature=cfg.eval_temperature, progress=f"eval {when}"
+                )
                 won[with_exp] = [float(e.won) for e in episodes]
                 row[label] = {
                     "success": float(np.mean(won[with_exp])),
@@ -592,8 +613,9 @@ class Trainer:
                     "score": float(np.mean([e.score for e in episodes])),
                     "steps": float(np.mean([e.steps for e in episodes])),
                     "episodes": len(episodes),
+                    "won": won[with_exp],
                 }
-            if len(modes) == 2:  # the same held-out tasks in both modes, in job order: pairs
+            if len(with_modes) == 2:  # the same held-out tasks in both modes, in job order: pairs
                 row["with_experience"]["difference"] = paired_difference_interval(
                     won[True], won[False]
                 ).to_dict()
@@ -610,6 +632,7 @@ class Trainer:
             "rollouts_done": self.rollouts_done,
             "task_rng": self.task_rng.getstate(),
             "actor": self.actor.state_dict(),
+            "evaluation_before": self.evaluation_before,
         }
         if self.extractor is not None:
             state["extractor"] = self.extractor.state_dict()
@@ -633,6 +656,7 @@ class Trainer:
         self.iteration = int(state["iteration"])
         self.rollouts_done = int(state["rollouts_done"])
         self.task_rng.setstate(state["task_rng"])
+        self.evaluation_before = state.get("evaluation_before")
         self.actor.load_state_dict(state["actor"])
         if self.extractor is not None and "extractor" in state:
             self.manager.close()

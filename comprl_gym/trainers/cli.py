@@ -13,30 +13,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
+from comprl_gym.trainers.report import format_results_table
+
 logger = logging.getLogger(__name__)
-
-
-def format_results_table(summary: dict[str, Any]) -> str:
-    """The with/without-experience table of a run's final evaluation, as Markdown."""
-    lines = [
-        "| env id | success without experience | success with experience | steps w/o | steps with | episodes |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for env_id, row in summary.get("evaluation", {}).items():
-        without = row.get("without_experience", {})
-        with_exp = row.get("with_experience")
-
-        def cell(d: dict[str, Any] | None, key: str, fmt: str) -> str:
-            return format(d[key], fmt) if d else "n/a"
-
-        lines.append(
-            f"| {env_id} | {cell(without, 'success', '.2f')} | {cell(with_exp, 'success', '.2f')} "
-            f"| {cell(without, 'steps', '.1f')} | {cell(with_exp, 'steps', '.1f')} "
-            f"| {without.get('episodes', 0)} |"
-        )
-    return "\n".join(lines)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -62,8 +44,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"wall time {wall / 60:.1f} min; outputs in {config.output_dir}"
     )
     if summary.get("evaluation"):
-        print("\nHeld-out evaluation (greedy):\n")
+        temperature = summary.get("eval_temperature", 0.0)
+        sampling = "greedy" if not temperature else f"sampled at temperature {temperature}"
+        print(f"\nHeld-out evaluation ({sampling}; success [95% interval]):\n")
         print(format_results_table(summary))
+        print(f"\nLearning curve: {Path(config.output_dir) / 'learning_curve.png'}")
     return 0
 
 

@@ -43,6 +43,10 @@ class LoraSettings:
     dropout: float = 0.0
     #: Module names to adapt (PEFT ``target_modules``); "all-linear" adapts every linear layer.
     target_modules: list[str] | str = "all-linear"
+    #: Adapt only the last N decoder blocks (PEFT ``layers_to_transform``; 0: every block).
+    #: Why: nothing below the lowest adapted block needs a gradient, so the backward pass stops
+    #: there and an update costs little more than a forward pass (SmolLM2 has 30 blocks).
+    top_layers: int = 0
 
 
 @dataclass
@@ -235,6 +239,13 @@ class TrainConfig:
     resume: bool = True
     #: Tasks of the final evaluation (each run with and without experience).
     eval_tasks: int = 8
+    #: Also play the held-out tasks with the untrained actor (no experience) before the first
+    #: iteration: the "before training" row the final table is compared with.
+    eval_before: bool = False
+    #: Sampling temperature of evaluation episodes (0: greedy). A small model's greedy policy
+    #: often repeats one action forever; evaluating at the rollout temperature measures the
+    #: policy that training optimises.
+    eval_temperature: float = 0.0
     #: Write TensorBoard event files besides the JSONL log.
     tensorboard: bool = True
     #: Show progress bars.
@@ -316,6 +327,8 @@ class TrainConfig:
             )
         if self.env_weights and len(self.env_weights) != len(self.env_ids):
             raise ConfigurationError("env_weights must have one weight per env id")
+        if self.eval_temperature < 0:
+            raise ConfigurationError(f"eval_temperature must be >= 0, got {self.eval_temperature}")
         if self.actor_epochs < 1 or self.max_context_tokens < 1:
             raise ConfigurationError("actor_epochs and max_context_tokens must be >= 1")
         if self.iterations < 1 or self.groups_per_iteration < 1 or self.task_pool < 1:

@@ -97,11 +97,27 @@ def load_causal_lm(settings: ModelSettings) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     if settings.lora.enabled:
         peft = require("peft", "LoRA training", "train")
+        blocks = int(model.config.num_hidden_layers)
+        top = settings.lora.top_layers
+        if not 0 <= top <= blocks:
+            raise ConfigurationError(
+                f"lora.top_layers must be between 0 and the model's {blocks} blocks, got {top}"
+            )
+        targets = settings.lora.target_modules
+        if top and targets == "all-linear":  # PEFT wants module names with layers_to_transform
+            targets = sorted(
+                {
+                    name.rsplit(".", 1)[-1]
+                    for name, module in model.named_modules()
+                    if isinstance(module, torch.nn.Linear) and "lm_head" not in name
+                }
+            )
         lora = peft.LoraConfig(
             r=settings.lora.r,
             lora_alpha=settings.lora.alpha,
             lora_dropout=settings.lora.dropout,
-            target_modules=settings.lora.target_modules,
+            target_modules=targets,
+            layers_to_transform=list(range(blocks - top, blocks)) if top else None,
             task_type="CAUSAL_LM",
         )
         model = peft.get_peft_model(model, lora)

@@ -37,6 +37,8 @@ TASKS: dict[str, str] = {
     "MazeWalk-15x15": "a 15x15 maze to the stairs",
     "MultiRoom-N2": "two rooms joined by doors",
     "MultiRoom-N4": "four rooms joined by doors",
+    # Generated (envs/minihack/layouts.py): the demo's task.
+    "Room-East-4x3": "a lit 4x3 room; start on the west wall, stairs three steps east",
 }
 
 SPEC = FamilySpec(

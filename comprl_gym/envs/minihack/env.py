@@ -37,6 +37,7 @@ from comprl_gym.core import (
 )
 from comprl_gym.envs.minihack.actions import ActionSet, NamedAction
 from comprl_gym.envs.minihack.language import ObservationRenderer, cell_description, decode_bytes
+from comprl_gym.envs.minihack.layouts import register_layouts
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class MiniHackTextEnv(TextEnv):
         **minihack_kwargs: Any,
     ):
         require("minihack", "MiniHack environments", extra="minihack")
+        register_layouts()  # this project's generated layouts are minihack task ids too
         if observation_mode not in OBSERVATION_MODES:
             raise ConfigurationError(
                 f"observation_mode must be one of {OBSERVATION_MODES}, got {observation_mode!r}"

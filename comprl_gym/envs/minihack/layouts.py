@@ -1,0 +1,58 @@
+"""Generated MiniHack layouts: des-files of this project, registered as minihack task ids.
+
+minihack builds any level from a des-file (``MiniHack-Navigation-Custom-v0``); a layout here
+is registered under its own ``MiniHack-<name>-v0`` id with that des-file bound, so
+``MiniHackTextEnv`` (and ``comprl/MiniHack-<name>-v0``) plays it like a built-in task.
+
+``Room-East-4x3`` is the demo task of ``configs/demo.yaml``: the built-in rooms leave
+SmolLM2-135M either near 0% or give GRPO too weak a signal for a CPU budget; here a random
+walk wins ~15% of episodes in 8 steps, the observation names the staircase's offset, and
+the start row is drawn per episode, so a policy that learns to walk toward the stairs shows it
+in a few updates.
+
+Example:
+    >>> import gymnasium as gym
+    >>> import comprl_gym
+    >>> env = gym.make("comprl/MiniHack-Room-East-4x3-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> "staircase down: 3 steps east" in obs.splitlines()[3]
+    True
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+#: layout name -> des-file. Level names are limited to 14 characters by NetHack.
+LAYOUTS: dict[str, str] = {
+    # A lit 4x3 room: the agent starts on a random row of the west column, the staircase down
+    # is on the middle row of the east column, three steps away.
+    "Room-East-4x3": """
+MAZE: "mylevel", ' '
+FLAGS:premapped
+GEOMETRY:center,center
+MAP
+------
+|....|
+|....|
+|....|
+------
+ENDMAP
+REGION:(0,0,5,4),lit,"ordinary"
+BRANCH:(1,1,1,3),(0,0,0,0)
+STAIR:(4,2),down
+""",
+}
+
+
+def register_layouts() -> None:
+    """Register every layout as ``MiniHack-<name>-v0`` (idempotent)."""
+    for name, des_file in LAYOUTS.items():
+        task_id = f"MiniHack-{name}-v0"
+        if task_id not in gym.registry:
+            gym.register(
+                id=task_id,
+                entry_point="minihack.navigation:MiniHackNavigation",
+                kwargs={"des_file": des_file},
+            )

@@ -1,0 +1,150 @@
+"""What a training run reports: the held-out results table and the learning-curve plot.
+
+One owner for the run's end products, read by ``comprl-gym train`` and the benchmarks:
+
+* :func:`compare_with_before`: each after-training mode minus the untrained actor on the same
+  held-out tasks (paired by task, Newcombe's interval);
+* :func:`format_results_table`: that table as Markdown;
+* :func:`plot_learning_curve`: training success per iteration (each half of the groups) and
+  the evaluations with their Wilson intervals, as a PNG.
+
+Example:
+    >>> before = {"env": {"without_experience": {"success": 0.25, "won": [1, 0, 0, 0]}}}
+    >>> after = {"env": {"without_experience": {"success": 0.75, "won": [1, 1, 1, 0]}}}
+    >>> comparison = compare_with_before(before, after)
+    >>> round(comparison["env"]["without_experience"]["mean"], 2)
+    0.5
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from comprl_gym.evaluation.stats import paired_difference_interval
+
+logger = logging.getLogger(__name__)
+
+MODES = ("without_experience", "with_experience")
+
+
+def compare_with_before(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Per env id and after-training mode: success after minus before, with a 95% interval.
+
+    Both evaluations play the same held-out tasks in the same order, so the outcomes pair up
+    task by task (Newcombe's paired interval). Env ids missing from either side are left out.
+    """
+    comparison: dict[str, Any] = {}
+    for env_id, row in after.items():
+        base = before.get(env_id, {}).get("without_experience")
+        if not base or "won" not in base:
+            continue
+        comparison[env_id] = {
+            mode: paired_difference_interval(row[mode]["won"], base["won"]).to_dict()
+            for mode in MODES
+            if mode in row and "won" in row[mode]
+        }
+    return comparison
+
+
+def format_results_table(summary: dict[str, Any]) -> str:
+    """The held-out success table of a run (before training when measured), as Markdown."""
+
+    def cell(result: dict[str, Any] | None) -> str:
+        if not result:
+            return "n/a"
+        ci = result.get("success_ci") or {}
+        if "low" in ci:
+            return f"{result['success']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
+        return f"{result['success']:.2f}"
+
+    def diff(interval: dict[str, Any] | None) -> str:
+        if not interval:
+            return "n/a"
+        return f"{interval['mean']:+.2f} [{interval['low']:+.2f}, {interval['high']:+.2f}]"
+
+    before = summary.get("evaluation_before") or {}
+    comparison = summary.get("comparison") or {}
+    lines = [
+        "| env id | before training | after, without experience | after, with experience "
+        "| with experience - before | episodes |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for env_id, row in summary.get("evaluation", {}).items():
+        base = before.get(env_id, {}).get("without_experience")
+        lines.append(
+            f"| {env_id} | {cell(base)} | {cell(row.get('without_experience'))} "
+            f"| {cell(row.get('with_experience'))} "
+            f"| {diff(comparison.get(env_id, {}).get('with_experience'))} "
+            f"| {row.get('without_experience', {}).get('episodes', 0)} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_learning_curve(
+    metrics: list[dict[str, Any]], summary: dict[str, Any], path: str | Path
+) -> Path | None:
+    """Training success per iteration and the held-out evaluations, written to ``path``.
+
+    Returns the path, or None when matplotlib is missing (the ``train`` extra has it).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is in the train extra
+        logger.warning("matplotlib is not installed; no learning-curve plot")
+        return None
+    steps = [m["step"] for m in metrics]
+    fig, (ax_train, ax_eval) = plt.subplots(
+        1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]}
+    )
+    for key, label in (
+        ("success", "all rollouts"),
+        ("without_experience/success", "rollouts without experience"),
+        ("with_experience/success", "rollouts with experience"),
+    ):
+        points = [(m["step"], m[key]) for m in metrics if key in m]
+        if points and (key == "success" or len(points) == len(steps)):
+            xs, ys = zip(*points)
+            ax_train.plot(xs, ys, marker="o", label=label)
+    ax_train.set_xlabel("iteration")
+    ax_train.set_ylabel("training success")
+    ax_train.set_ylim(-0.02, 1.02)
+    ax_train.set_title(f"{summary.get('algorithm', '')}: training rollouts")
+    ax_train.legend(fontsize=8)
+    bars: list[tuple[str, dict[str, Any]]] = []
+    for env_id, row in (summary.get("evaluation_before") or {}).items():
+        bars.append((f"before\n{env_id.split('/')[-1]}", row["without_experience"]))
+    for env_id, row in (summary.get("evaluation") or {}).items():
+        for mode in MODES:
+            if mode in row:
+                bars.append(
+                    (f"after, {mode.replace('_', ' ')}\n{env_id.split('/')[-1]}", row[mode])
+                )
+    for x, (_label, result) in enumerate(bars):
+        ci = result.get("success_ci", {})
+        low, high = ci.get("low", result["success"]), ci.get("high", result["success"])
+        ax_eval.bar(x, result["success"], color="C0" if x else "C7")
+        ax_eval.errorbar(
+            x,
+            result["success"],
+            yerr=[[result["success"] - low], [high - result["success"]]],
+            color="black",
+            capsize=4,
+        )
+    ax_eval.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=7)
+    ax_eval.set_ylim(0, 1)
+    ax_eval.set_ylabel("held-out success (95% Wilson)")
+    episodes = bars[0][1].get("episodes", "?") if bars else "?"
+    ax_eval.set_title(f"held-out tasks, {episodes} episodes each")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["compare_with_before", "format_results_table", "plot_learning_curve"]
