@@ -29,7 +29,7 @@ from pathlib import Path
 from comprl_gym.envs.swebench import SWEBenchEnv, load_instances
 from comprl_gym.envs.swebench.grading import evaluate
 from comprl_gym.envs.swebench.images import instance_image_name
-from comprl_gym.envs.swebench.real_suite import load_real_suite
+from comprl_gym.envs.swebench.real_suite import audit_sandbox, load_real_suite
 from comprl_gym.utils import atomic_write_json, cache_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -231,6 +231,29 @@ def bench_real_suite(kind: str, data_dir: str | None, only: list[str] | None) ->
     }
 
 
+def audit_real_suite(kind: str, data_dir: str | None) -> dict:
+    """Search every task's sandbox for the fix (later history, its files, hidden test lines)."""
+    env = SWEBenchEnv(suite="real", data_dir=data_dir, sandbox=kind)
+    sources = env.unwrapped.config.repo_sources
+    rows = []
+    for inst in env.unwrapped.instances:
+        env.reset(options={"task_id": inst["instance_id"]})
+        t0 = time.perf_counter()
+        leaks = audit_sandbox(env.unwrapped.sandbox, inst, Path(sources[inst["repo"]]))
+        rows.append(
+            {"instance_id": inst["instance_id"], "leaks": leaks,
+             "audit_s": round(time.perf_counter() - t0, 1)}
+        )  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    env.close()
+    return {
+        "sandbox": kind,
+        "tasks": len(rows),
+        "tasks_with_leaks": sum(bool(row["leaks"]) for row in rows),
+        "per_task": rows,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", nargs="+", default=["docker", "bubblewrap"])
@@ -241,7 +264,16 @@ def main() -> None:
     parser.add_argument(
         "--overhead-only", action="store_true", help="only bubblewrap's per-command overhead"
     )
+    parser.add_argument(
+        "--audit", action="store_true", help="real suite: search every sandbox for the fix"
+    )
     args = parser.parse_args()
+    if args.audit:
+        for kind in args.kinds:
+            result = audit_real_suite(kind, args.data_dir)
+            atomic_write_json(RESULTS / f"swebench_real_audit_{kind}.json", result)
+            print(json.dumps({k: v for k, v in result.items() if k != "per_task"}))
+        return
     if args.overhead_only:
         env = SWEBenchEnv(sandbox="bubblewrap")
         env.reset(seed=0)

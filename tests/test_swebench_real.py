@@ -10,7 +10,6 @@ sample keeps CI short.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
@@ -22,7 +21,12 @@ from conftest import shared_data_dir
 from comprl_gym.envs.swebench import SWEBenchEnv
 from comprl_gym.envs.swebench.expert import SWEBenchExpert
 from comprl_gym.envs.swebench.grading import evaluate, patched_files
-from comprl_gym.envs.swebench.real_suite import MANIFEST, load_manifest, load_real_suite
+from comprl_gym.envs.swebench.real_suite import (
+    MANIFEST,
+    audit_sandbox,
+    load_manifest,
+    load_real_suite,
+)
 from comprl_gym.utils import cache_dir
 
 MANIFEST_DATA = load_manifest()
@@ -110,59 +114,6 @@ def test_missing_data_dir_is_a_clear_error(tmp_path, monkeypatch):
 
 
 # ---- no reward hacking ------------------------------------------------------------------------
-def _fix_blobs(mirror: str, inst: dict) -> dict[str, str]:
-    """Blob hash -> path of every file the fix commit wrote (library and tests)."""
-    listing = _git(mirror, "ls-tree", inst["fix_commit"], "--", *inst["src_files"],
-                   *inst["test_files"])  # fmt: skip
-    return {line.split()[2]: line.split("\t")[1] for line in listing.splitlines()}
-
-
-def _added_test_line(inst: dict) -> str:
-    """The longest line the test patch adds: a needle for a search of the file system."""
-    added = [
-        line[1:].strip()
-        for line in inst["test_patch"].splitlines()
-        if line.startswith("+") and not line.startswith("+++")
-    ]
-    return max(added, key=len)
-
-
-def _assert_sandbox_holds_no_fix(sandbox, inst: dict, mirror: str) -> None:
-    blobs = _fix_blobs(mirror, inst)
-    assert blobs
-    objects = sandbox.run(
-        "git cat-file --batch-all-objects --batch-check='%(objectname)' && echo DONE",
-        120, head_bytes=64 << 20, tail_bytes=0,
-    ).output  # fmt: skip
-    assert objects.rstrip().endswith("DONE") and len(objects.splitlines()) > 100
-    assert not set(objects.split()) & set(blobs), "a file of the fix is in .git"
-    assert inst["fix_commit"] not in objects
-    history = sandbox.run(
-        "git for-each-ref; git stash list; git reflog --all; ls .git/logs 2>&1;"
-        " echo commits $(git rev-list --all | wc -l) $(git rev-list HEAD | wc -l)",
-        60,
-    ).output
-    counts = re.search(r"commits (\d+) (\d+)", history)
-    assert counts and counts[1] == counts[2], history  # nothing beyond HEAD's ancestors
-    assert history.strip().startswith("ls: cannot access"), history  # no refs, stash, reflog
-    assert _git(mirror, "rev-parse", "HEAD").strip() not in objects  # upstream tip is gone
-    # The file system: no file has the content of a fixed file, and no file holds a line the
-    # hidden tests add.
-    hashed = sandbox.run(
-        "find /testbed /tmp /home /opt /run -type f -print0 2>/dev/null"
-        " | xargs -0 -r git hash-object --no-filters 2>/dev/null | sort -u; echo DONE",
-        300, head_bytes=64 << 20, tail_bytes=0,
-    ).output  # fmt: skip
-    assert hashed.rstrip().endswith("DONE") and not set(hashed.split()) & set(blobs)
-    needle = _added_test_line(inst)
-    found = sandbox.run(
-        "grep -rIlF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e "
-        f"{json.dumps(needle)} / 2>/dev/null; echo DONE",
-        300,
-    ).output
-    assert found.strip() == "DONE", f"a hidden test line is on the sandbox's disk: {found}"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", [pytest.param("docker", marks=pytest.mark.docker), "bubblewrap"])
 def test_the_sandbox_holds_no_later_history_gold_patch_or_hidden_tests(kind, suite):
@@ -178,9 +129,28 @@ def test_the_sandbox_holds_no_later_history_gold_patch_or_hidden_tests(kind, sui
     try:
         for inst in env.unwrapped.instances:
             env.reset(options={"task_id": inst["instance_id"]})
-            _assert_sandbox_holds_no_fix(env.unwrapped.sandbox, inst, sources[inst["repo"]])
+            assert audit_sandbox(env.unwrapped.sandbox, inst, sources[inst["repo"]]) == []
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_the_audit_finds_the_fix_in_an_unscrubbed_clone(suite, tmp_path):
+    """The audit can fail: a plain clone (history up to upstream's tip) gives the fix away."""
+    from comprl_gym.envs.swebench import images
+    from comprl_gym.envs.swebench.sandbox.bwrap import BubblewrapSandbox
+
+    instances, sources = suite
+    inst = instances[SAMPLE[0]]
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", sources[inst["repo"]], str(clone)], check=True)
+    _git(clone, "checkout", "-q", "--detach", inst["base_commit"])
+    with BubblewrapSandbox(images.build_rootfs(), clone) as sandbox:
+        leaks = audit_sandbox(sandbox, inst, sources[inst["repo"]])
+    assert any("a file of the fix is in .git" in leak for leak in leaks), leaks
+    assert any(f"commit {inst['fix_commit']}" in leak for leak in leaks)
+    assert any("beyond the base" in leak for leak in leaks)
+    assert any("refs" in leak for leak in leaks)
 
 
 @pytest.mark.slow

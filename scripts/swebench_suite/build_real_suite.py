@@ -5,7 +5,8 @@ tasks: fix commit and a hand-written problem statement), derives each task from 
 ``swe-repos`` bundles (base = the fix's parent, gold patch = its library diff, test patch = its
 test diff; file lists from the bundles' ``candidates.json``), and runs the tests in the
 bubblewrap sandbox: at the base with the test patch, then with the gold patch as well.
-FAIL_TO_PASS = failing before and passing with the gold patch; PASS_TO_PASS = passing in both.
+FAIL_TO_PASS = failing before and passing with the gold patch; PASS_TO_PASS = passing in both;
+tests whose ids change between runs (made from the current time) are left out.
 (Flaky tests show up when benchmarks/bench_swebench.py grades the suite again, in bubblewrap
 and Docker.) A task is kept when FAIL_TO_PASS is not empty, the gold
 patch then resolves it and the empty patch does not. The manifest keeps ids, shas, file names,
@@ -82,13 +83,20 @@ def measure(factory: SandboxFactory, instance: dict[str, Any]) -> dict[str, Any]
         return {"FAIL_TO_PASS": [], "PASS_TO_PASS": [], "failing_with_gold": [],
                 "seconds": round(time.monotonic() - started, 1), "base_ran": False}  # fmt: skip
     gold = run_tests(factory, instance, instance["patch"])
-    passing_after = [t for t, status in gold.items() if status == PASSED]
+    # Both runs have the test patch, so every test has a result in both, unless its id
+    # changes from run to run (a parametrize id made from the current time): those cannot be
+    # graded and are dropped. Only a test file that failed to collect at the base leaves its
+    # tests without a result there.
+    broken_files = {t for t, status in before.items() if "::" not in t and status != PASSED}
+    stable = [t for t in gold if t in before or t.split("::")[0] in broken_files]
+    passing_after = [t for t in stable if gold[t] == PASSED]
     f2p = sorted(t for t in passing_after if before.get(t) != PASSED)
     p2p = sorted(t for t in passing_after if before.get(t) == PASSED)
     return {
         "FAIL_TO_PASS": f2p,
         "PASS_TO_PASS": p2p,
-        "failing_with_gold": sorted(t for t in gold if t not in passing_after),
+        "failing_with_gold": sorted(t for t in stable if t not in passing_after),
+        "unstable_ids": sorted(set(gold) - set(stable)),
         "seconds": round(time.monotonic() - started, 1),
     }
 

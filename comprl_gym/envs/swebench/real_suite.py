@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -185,3 +187,77 @@ def _copy_licences(data_dir: Path, manifest: dict[str, Any], target: Path) -> No
                     f"{source} is missing: derived tasks of {repo} must carry its licence"
                 )
             shutil.copy2(source, target / name)
+
+
+def _fix_blobs(source: Path, instance: dict[str, Any]) -> set[str]:
+    """Hashes of every file as the fix commit wrote it (library and tests)."""
+    files = [*instance["src_files"], *instance["test_files"]]
+    listing = _git(source, "ls-tree", instance["fix_commit"], "--", *files)
+    return {line.split()[2] for line in listing.splitlines()}
+
+
+def _new_test_line(source: Path, instance: dict[str, Any]) -> str | None:
+    """The longest line the test patch adds that no file of the base commit holds (``None``
+    when every added line exists already, e.g. a one-line change to a parametrize list)."""
+    added = {
+        line[1:].strip()
+        for line in instance["test_patch"].splitlines()
+        if line.startswith("+") and not line.startswith("+++") and line[1:].strip()
+    }
+    for line in sorted(added, key=len, reverse=True):
+        found = subprocess.run(
+            ["git", "-C", str(source), "grep", "-qF", "-e", line, instance["base_commit"]],
+            capture_output=True,
+        )
+        if found.returncode == 1:
+            return line
+    return None
+
+
+def audit_sandbox(sandbox: Any, instance: dict[str, Any], source: Path) -> list[str]:
+    """What an agent in ``sandbox`` could find of the task's answer; empty when nothing.
+
+    Looks for: commits, refs, reflogs or stashes beyond the base's ancestry; any git object
+    (loose or packed) whose hash is a file of the fix (library or tests) or the fix commit or
+    the upstream tip; any file under the writable and added folders with such content; and
+    anywhere on the file system, a line only the hidden tests add.
+    """
+    source = Path(source)
+    leaks = []
+    blobs = _fix_blobs(source, instance)
+    tip = _git(source, "rev-parse", "HEAD").strip()
+    objects = sandbox.run(
+        "git cat-file --batch-all-objects --batch-check='%(objectname)' && echo DONE",
+        300, head_bytes=256 << 20, tail_bytes=0,
+    ).output.split()  # fmt: skip
+    if objects[-1:] != ["DONE"] or len(objects) < 10:
+        return [f"could not list the objects of .git: {' '.join(objects[-5:])}"]
+    found = set(objects)
+    leaks += [f"a file of the fix is in .git: {blob}" for blob in sorted(found & blobs)]
+    leaks += [f"commit {sha} is in .git" for sha in (instance["fix_commit"], tip) if sha in found]
+    history = sandbox.run(
+        "git for-each-ref; git stash list; git reflog --all 2>/dev/null; "
+        "ls .git/logs 2>/dev/null; echo commits $(git rev-list --all | wc -l) "
+        "$(git rev-list HEAD | wc -l)",
+        120,
+    ).output.strip()
+    counts = re.search(r"commits (\d+) (\d+)$", history)
+    if not counts or counts[1] != counts[2]:
+        leaks.append(f"commits beyond the base's ancestry: {history[-300:]}")
+    if counts and history[: counts.start()].strip():
+        leaks.append(f"refs, stashes or reflogs: {history[: counts.start()].strip()[:300]}")
+    hashed = sandbox.run(
+        "find /testbed /tmp /home /opt /run -type f -print0 2>/dev/null"
+        " | xargs -0 -r git hash-object --no-filters 2>/dev/null | sort -u; echo DONE",
+        600, head_bytes=256 << 20, tail_bytes=0,
+    ).output.split()  # fmt: skip
+    leaks += [f"a file with the fix's content: {blob}" for blob in sorted(set(hashed) & blobs)]
+    needle = _new_test_line(source, instance)
+    if needle is not None:
+        grep = sandbox.run(
+            "grep -rIlF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e "
+            f"{shlex.quote(needle)} / 2>/dev/null; echo DONE",
+            600,
+        ).output.split()
+        leaks += [f"a hidden test line is in {path}" for path in grep if path != "DONE"]
+    return leaks
