@@ -194,7 +194,7 @@ class SandboxFactory:
         if cfg.pull == "always" and not buildable:
             return self._pull(instance)
         for name in images.official_image_names(instance["instance_id"], cfg.image_namespace):
-            if images._image_exists(client, name):
+            if images.foreign_image_exists(client, name):
                 images.touch_image(name)
                 return name
         if cfg.pull == "missing" and not buildable:

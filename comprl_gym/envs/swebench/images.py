@@ -306,6 +306,19 @@ def _image_exists(client: Any, name: str) -> bool:
         return False
 
 
+def foreign_image_exists(client: Any, name: str) -> bool:
+    """True when ``name`` exists and was not built by comprl-gym (an official image). Our own
+    images are found by their content key in :func:`build_instance_image` instead, so that one
+    built from an older checkout is never reused under its name."""
+    import docker
+
+    try:
+        image = client.images.get(name)
+    except docker.errors.ImageNotFound:
+        return False
+    return (image.labels or {}).get(LABEL) != "instance"
+
+
 def ensure_base_image(client: Any) -> str:
     """The base Docker image's tag, importing the root file system first if needed."""
     tag = base_image_tag()
