@@ -9,6 +9,8 @@ need_apt=()
 command -v dockerd >/dev/null || need_apt+=(docker.io)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
+# Debian's registry (distribution 2.8): the SWE-bench image-pull tests serve one on 127.0.0.1.
+command -v docker-registry >/dev/null || need_apt+=(docker-registry)
 command -v chromium >/dev/null || need_apt+=(chromium)
 if [ "$cmd" = start ]; then
   if [ ${#need_apt[@]} -gt 0 ]; then

@@ -26,6 +26,20 @@ def shared_data_dir() -> Path:
     )
 
 
+def require_sandbox(kind: str) -> None:
+    """Fail clearly when a Docker test finds no engine (skip only where COMPRL_NO_DOCKER=1)."""
+    from comprl_gym.envs.swebench.sandbox.docker import docker_available
+
+    if kind != "docker" or docker_available():
+        return
+    if os.environ.get("COMPRL_NO_DOCKER") == "1":
+        pytest.skip("COMPRL_NO_DOCKER=1: this machine has no Docker engine")
+    pytest.fail(
+        "no Docker engine answers: start one with `bash scripts/services.sh start`, "
+        "or set COMPRL_NO_DOCKER=1 on a machine without Docker"
+    )
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     return shared_data_dir()

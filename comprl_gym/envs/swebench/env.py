@@ -34,6 +34,8 @@ Example (needs Docker or bubblewrap and the base image; ~3 min the first time):
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import re
 import shutil
@@ -46,10 +48,12 @@ from comprl_gym.core import ConfigurationError, EnvBackendError, TextEnv, Transi
 from comprl_gym.envs.swebench import images
 from comprl_gym.envs.swebench.grading import GradeReport, diff_of, evaluate
 from comprl_gym.envs.swebench.instances import (
+    TestbedEnv,
     checkout_testbed,
     embedded_repo_source,
     load_instances,
 )
+from comprl_gym.envs.swebench.real_suite import load_real_suite
 from comprl_gym.envs.swebench.sandbox import bwrap as bwrap_mod
 from comprl_gym.envs.swebench.sandbox import docker as docker_mod
 from comprl_gym.envs.swebench.sandbox.base import Sandbox, SandboxLimits
@@ -67,7 +71,11 @@ class SWEBenchConfig:
     """Settings of :class:`SWEBenchEnv`.
 
     Attributes:
-        dataset: ``None`` (the embedded suite), a JSON/JSONL file, or a Hugging Face dataset
+        suite: ``embedded`` (three small repositories shipped with the package) or ``real``
+            (tasks from real upstream fixes, derived from the ``swe-repos`` bundles in
+            ``data_dir``). Ignored when ``dataset`` is given.
+        data_dir: the ``swe-repos`` folder of the real suite (default ``$COMPRL_SWE_REPOS``).
+        dataset: ``None`` (the suite), a JSON/JSONL file, or a Hugging Face dataset
             name present in the local ``datasets`` cache.
         instance_ids: restrict to these instances (in this order).
         split: dataset split for Hugging Face names.
@@ -77,11 +85,20 @@ class SWEBenchConfig:
         output_head: bytes of long output kept from the start.
         output_tail: bytes of long output kept from the end.
         limits: memory, processes, CPU and disk of each sandbox.
-        image_disk_budget_gb: instance images beyond this size are pruned, oldest use first.
+        image_disk_budget_gb: instance images (built or pulled) beyond this size are pruned,
+            oldest use first.
+        pull: official SWE-bench images of instances we cannot build: ``missing`` pulls those
+            not present, ``always`` pulls before each use (updates), ``never`` only uses
+            local ones.
+        image_namespace: the registry namespace of official images (Docker Hub's
+            ``swebench``; a mirror such as ``registry.example:5000/swebench``).
+        pull_retries: retries (exponential backoff) on rate limits and network errors.
         repo_sources: ``{"owner/name": path}`` of local git repositories or bundles, used to
             build images for instances that are not embedded and have no image.
     """
 
+    suite: Literal["embedded", "real"] = "embedded"
+    data_dir: str | None = None
     dataset: str | None = None
     instance_ids: list[str] | None = None
     split: str = "test"
@@ -92,6 +109,9 @@ class SWEBenchConfig:
     output_tail: int = 5000
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     image_disk_budget_gb: float = 20.0
+    pull: Literal["never", "missing", "always"] = "missing"
+    image_namespace: str = "swebench"
+    pull_retries: int = 4
     repo_sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -141,13 +161,20 @@ class SandboxFactory:
     def testbed(self, instance: dict[str, Any]) -> Path:
         """A cached checkout of the instance's repository at its base commit."""
         root = cache_dir("swebench", "testbeds")
-        key = f"{instance['instance_id']}-{instance['base_commit'][:12]}"
+        # "h1": checkouts without later history (HISTORY_SCRUB); older ones are not reused.
+        key = f"{instance['instance_id']}-{instance['base_commit'][:12]}-h1"
+        generated = TestbedEnv.of(instance).generated_files
+        if generated:  # a different set of generated files is a different checkout
+            key += (
+                "-" + hashlib.sha256(json.dumps(generated, sort_keys=True).encode()).hexdigest()[:8]
+            )
         target = root / key
         if (target / ".git").exists():
             return target
         partial = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
         try:
             checkout_testbed(self._source(instance), instance["base_commit"], partial / "tb")
+            TestbedEnv.of(instance).write_generated_files(partial / "tb")
             # Another process may have won the race; its checkout is as good.
             with contextlib.suppress(OSError):
                 (partial / "tb").rename(target)
@@ -155,28 +182,54 @@ class SandboxFactory:
             shutil.rmtree(partial, ignore_errors=True)
         return target
 
+    def _buildable(self, instance: dict[str, Any]) -> bool:
+        repo = instance["repo"]
+        return repo in self.config.repo_sources or embedded_repo_source(repo) is not None
+
     def image(self, instance: dict[str, Any]) -> str:
-        """An image for the instance: the user's official one, ours, or a fresh build."""
-        client = self._client
-        for name in images.official_image_names(instance["instance_id"]):
-            if images._image_exists(client, name):
+        """An image for the instance: a local official one, a pulled one (instances we cannot
+        build, per ``pull``), or our own build."""
+        client, cfg = self._client, self.config
+        buildable = self._buildable(instance)
+        if cfg.pull == "always" and not buildable:
+            return self._pull(instance)
+        for name in images.official_image_names(instance["instance_id"], cfg.image_namespace):
+            if images.foreign_image_exists(client, name):
                 images.touch_image(name)
                 return name
+        if cfg.pull == "missing" and not buildable:
+            return self._pull(instance)
+        env = TestbedEnv.of(instance)
         name = images.build_instance_image(
             client,
             instance["instance_id"],
             self.testbed(instance),
-            testbed_key=f"{instance['repo']}@{instance['base_commit']}",
+            testbed_key=f"{instance['repo']}@{instance['base_commit']}-h1",
+            requirements=env.requirements,
+            pythonpath=env.pythonpath_value(),
         )
+        return self._keep(name)
+
+    def _pull(self, instance: dict[str, Any]) -> str:
+        name = images.registry_image_name(instance["instance_id"], self.config.image_namespace)
+        images.pull_image(self._client, name, retries=self.config.pull_retries)
+        return self._keep(name)
+
+    def _keep(self, name: str) -> str:
         images.touch_image(name)
-        images.prune_images(client, int(self.config.image_disk_budget_gb * (1 << 30)), keep=(name,))
+        budget = int(self.config.image_disk_budget_gb * (1 << 30))
+        images.prune_images(self._client, budget, keep=(name,))
         return name
 
     def make(self, instance: dict[str, Any]) -> Sandbox:
         if self.kind == "docker":
             return docker_mod.DockerSandbox(self._client, self.image(instance), self.config.limits)
         rootfs = images.build_rootfs()
-        return bwrap_mod.BubblewrapSandbox(rootfs, self.testbed(instance), self.config.limits)
+        env = TestbedEnv.of(instance)
+        deps = images.build_requirements(env.requirements) if env.requirements else None
+        return bwrap_mod.BubblewrapSandbox(
+            rootfs, self.testbed(instance), self.config.limits, deps, env.pythonpath_value()
+        )
 
 
 class SWEBenchEnv(TextEnv):
@@ -190,6 +243,8 @@ class SWEBenchEnv(TextEnv):
     def __init__(
         self,
         dataset: str | None = None,
+        suite: Literal["embedded", "real"] = "embedded",
+        data_dir: str | None = None,
         instance_ids: list[str] | None = None,
         sandbox: SandboxKind = "auto",
         max_steps: int = 30,
@@ -200,6 +255,8 @@ class SWEBenchEnv(TextEnv):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         try:
             self.config = SWEBenchConfig(
+                suite=suite,
+                data_dir=None if data_dir is None else str(data_dir),
                 dataset=dataset,
                 instance_ids=instance_ids,
                 sandbox=sandbox,
@@ -210,7 +267,18 @@ class SWEBenchEnv(TextEnv):
             raise ConfigurationError(f"SWEBenchEnv: {exc}") from exc
         if command_timeout <= 0:
             raise ConfigurationError(f"command_timeout must be positive, got {command_timeout}")
-        self.instances = load_instances(dataset, instance_ids, self.config.split)
+        if self.config.pull not in ("never", "missing", "always"):
+            raise ConfigurationError(
+                f"pull must be 'never', 'missing' or 'always', got {self.config.pull!r}"
+            )
+        if suite not in ("embedded", "real"):
+            raise ConfigurationError(f"suite must be 'embedded' or 'real', got {suite!r}")
+        if suite == "real" and dataset is None:
+            real, sources = load_real_suite(data_dir)
+            self.config.repo_sources = {**sources, **self.config.repo_sources}
+            self.instances = load_instances(real, instance_ids, self.config.split)
+        else:
+            self.instances = load_instances(dataset, instance_ids, self.config.split)
         self._by_id = {inst["instance_id"]: inst for inst in self.instances}
         self.sandbox_kind = resolve_sandbox_kind(sandbox)
         # Made now, not at the first reset: it removes sandboxes orphaned by killed runs.

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from comprl_gym.envs.swebench.instances import TestbedEnv
 from comprl_gym.envs.swebench.sandbox.base import Sandbox
 
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
@@ -77,13 +78,14 @@ def pytest_eval_script(instance: dict[str, Any]) -> str:
     """An eval script in SWE-bench's shape for repositories swebench has no spec for."""
     files = " ".join(shlex.quote(f) for f in patched_files(instance["test_patch"]))
     base = shlex.quote(instance["base_commit"])
+    args = "".join(f" {shlex.quote(a)}" for a in TestbedEnv.of(instance).pytest_args)
     return f"""cd /testbed
 for f in {files}; do
   git checkout -q {base} -- "$f" 2>/dev/null || rm -f "$f"
 done
 git apply -v /tmp/comprl-test.patch || {{ echo "{sb().RESET_FAILED}"; exit 1; }}
 echo "{sb().START_TEST_OUTPUT}"
-python3 -m pytest -rA -p no:cacheprovider {files}
+python3 -m pytest -rA -p no:cacheprovider --color=no{args} {files}
 echo "{sb().END_TEST_OUTPUT}"
 """
 

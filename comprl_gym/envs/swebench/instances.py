@@ -1,4 +1,4 @@
-"""SWE-bench instances: the embedded suite, JSON/JSONL files, or a cached Hugging Face dataset.
+"""SWE-bench instances: the embedded suite, JSON/JSONL/parquet files, or a Hugging Face dataset.
 
 Instances keep SWE-bench's classic schema (``instance_id, repo, base_commit, patch,
 test_patch, problem_statement, hints_text, version, FAIL_TO_PASS, PASS_TO_PASS,
@@ -15,11 +15,14 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from comprl_gym.core import ConfigurationError, DataError, EnvBackendError
+from comprl_gym.envs.swebench.images import DEPS_MOUNT
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 EMBEDDED_INSTANCES = TASKS_DIR / "instances.json"
@@ -60,6 +63,8 @@ def _normalise(raw: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        return _read_parquet(path)
     try:
         text = path.read_text()
     except OSError as exc:
@@ -84,35 +89,64 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
     return data
 
 
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    """Rows of a parquet file (the format of SWE-bench's Hugging Face datasets)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ConfigurationError(f"reading {path} needs pyarrow (pip install pyarrow)") from exc
+    try:
+        return pq.read_table(path).to_pylist()
+    except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
+        raise DataError(path, f"not a readable parquet file: {exc}") from exc
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(v, "") not in ("", "0") for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+    )
+
+
 def _read_hf(name: str, split: str) -> list[dict[str, Any]]:
+    """A Hugging Face dataset: from the local cache, downloaded first when online."""
     try:
         import datasets
     except ImportError as exc:
         raise ConfigurationError(
             f"dataset={name!r} is neither a file nor loadable: the 'datasets' package is not "
-            "installed (pip install datasets), and nothing is downloaded at run time"
+            "installed (pip install datasets)"
         ) from exc
+    offline = _offline()
     try:
-        datasets.config.HF_DATASETS_OFFLINE = True
         return [dict(row) for row in datasets.load_dataset(name, split=split)]
     except Exception as exc:  # noqa: BLE001 - datasets raises many kinds
+        if offline:
+            raise ConfigurationError(
+                f"dataset {name!r} (split {split!r}) is not in the local Hugging Face cache "
+                f"and this process is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) "
+                f"({type(exc).__name__}: {exc}); download it once with network access, or "
+                "pass a JSON/JSONL/parquet file of instances"
+            ) from exc
         raise ConfigurationError(
-            f"dataset {name!r} (split {split!r}) is not in the local Hugging Face cache "
-            f"({type(exc).__name__}: {exc}); download it once with network access, or pass a "
-            "JSON/JSONL file of instances"
+            f"dataset {name!r} (split {split!r}) could not be loaded or downloaded "
+            f"({type(exc).__name__}: {exc}); check the name and the network, or pass a "
+            "JSON/JSONL/parquet file of instances"
         ) from exc
 
 
 def load_instances(
-    dataset: str | Path | None = None,
+    dataset: str | Path | list[dict[str, Any]] | None = None,
     instance_ids: list[str] | None = None,
     split: str = "test",
 ) -> list[dict[str, Any]]:
-    """Load instances: ``None`` = the embedded suite, a ``.json``/``.jsonl`` path, or a Hugging
-    Face dataset name found in the local ``datasets`` cache."""
-    if dataset is None:
+    """Load instances: ``None`` = the embedded suite, a ``.json``/``.jsonl``/``.parquet`` path,
+    or a Hugging Face dataset name (from the local ``datasets`` cache, downloaded first when
+    online), or instance dicts themselves."""
+    if isinstance(dataset, list):
+        source, rows = "<instances>", dataset
+    elif dataset is None:
         source, rows = str(EMBEDDED_INSTANCES), _read_file(EMBEDDED_INSTANCES)
-    elif Path(dataset).suffix in (".json", ".jsonl") or Path(dataset).exists():
+    elif Path(dataset).suffix in (".json", ".jsonl", ".parquet") or Path(dataset).exists():
         source, rows = str(dataset), _read_file(Path(dataset))
     else:
         source, rows = str(dataset), _read_hf(str(dataset), split)
@@ -128,6 +162,61 @@ def load_instances(
     return instances
 
 
+@dataclass(frozen=True)
+class TestbedEnv:
+    """What a repository needs in the sandbox beyond the base (an instance's ``environment``).
+
+    Attributes:
+        requirements: pinned PyPI requirements, mounted read-only at ``/opt/comprl-deps``.
+        pythonpath: folders of the repository (relative to ``/testbed``) put on ``PYTHONPATH``.
+        generated_files: files a build step would write (a ``_version.py`` of hatch-vcs), written
+            into the checkout and kept out of ``git diff`` by ``.git/info/exclude``.
+        pytest_args: extra arguments of the grading ``pytest`` run.
+
+    Example:
+        >>> env = TestbedEnv.of({"environment": {"requirements": ["pytest==9.0.2"],
+        ...                                      "pythonpath": ["src"]}})
+        >>> env.pythonpath_value()
+        '/testbed/src:/opt/comprl-deps'
+        >>> TestbedEnv.of({}).pythonpath_value()
+        '/testbed'
+    """
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    requirements: tuple[str, ...] = ()
+    pythonpath: tuple[str, ...] = (".",)
+    generated_files: dict[str, str] = field(default_factory=dict)
+    pytest_args: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, instance: dict[str, Any]) -> TestbedEnv:
+        raw = instance.get("environment") or {}
+        return cls(
+            requirements=tuple(raw.get("requirements", ())),
+            pythonpath=tuple(raw.get("pythonpath", (".",))),
+            generated_files=dict(raw.get("generated_files", {})),
+            pytest_args=tuple(raw.get("pytest_args", ())),
+        )
+
+    def pythonpath_value(self) -> str:
+        """The sandbox's ``PYTHONPATH``: the repository first, then its dependencies."""
+        paths = ["/testbed" if p in (".", "") else f"/testbed/{p}" for p in self.pythonpath]
+        return ":".join(paths + ([DEPS_MOUNT] if self.requirements else []))
+
+    def write_generated_files(self, testbed: Path) -> None:
+        """Write :attr:`generated_files` into a checkout, excluded from its ``git diff``."""
+        if not self.generated_files:
+            return
+        exclude = testbed / ".git" / "info" / "exclude"
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        with open(exclude, "a") as handle:
+            for path, text in self.generated_files.items():
+                (testbed / path).parent.mkdir(parents=True, exist_ok=True)
+                (testbed / path).write_text(text)
+                handle.write(f"/{path}\n")
+
+
 def embedded_repo_source(repo: str) -> Path | None:
     """The git bundle the project ships for an embedded repository, if any."""
     owner, _, name = repo.partition("/")
@@ -135,15 +224,34 @@ def embedded_repo_source(repo: str) -> Path | None:
     return bundle if owner == "comprl-gym" and bundle.exists() else None
 
 
+#: Leaves a clone with nothing later than its checked-out commit: every ref, reflog, stash and
+#: remote goes, then a repack keeps only what HEAD (detached at the base) reaches. Future
+#: commits of the upstream history (where the fix lives) are then gone from ``.git``, not just
+#: hidden (agents were seen to ``git log --all`` their way to the fix).
+HISTORY_SCRUB = r"""
+set -e
+for remote in $(git remote); do git remote remove "$remote"; done
+git for-each-ref --format='%(refname)' | while read -r ref; do git update-ref -d "$ref"; done
+git stash clear
+git reflog expire --expire=now --expire-unreachable=now --all
+rm -rf .git/logs .git/ORIG_HEAD .git/FETCH_HEAD .git/MERGE_HEAD .git/refs/original
+git -c gc.auto=0 repack -a -d -q
+git prune --expire=now
+"""
+
+
 def checkout_testbed(source: Path, base_commit: str, target: Path) -> Path:
-    """Clone ``source`` (a git repository or bundle) into ``target`` at ``base_commit``."""
+    """Clone ``source`` (a git repository or bundle) into ``target`` at ``base_commit``, with
+    the history after it removed (see :data:`HISTORY_SCRUB`)."""
     steps = [
         ["git", "clone", "-q", "--no-checkout", str(source), str(target)],
         ["git", "-C", str(target), "checkout", "-q", "--detach", base_commit],
-        ["git", "-C", str(target), "remote", "remove", "origin"],
+        ["bash", "-c", HISTORY_SCRUB],
     ]
     for step in steps:
-        run = subprocess.run(step, capture_output=True, text=True)
+        run = subprocess.run(
+            step, capture_output=True, text=True, cwd=target if step[0] == "bash" else None
+        )
         if run.returncode != 0:
-            raise EnvBackendError(f"{' '.join(step)} failed: {run.stderr.strip()}")
+            raise EnvBackendError(f"{' '.join(step[:3])} failed: {run.stderr.strip()}")
     return target

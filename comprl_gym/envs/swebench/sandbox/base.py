@@ -1,11 +1,12 @@
 """What every sandbox offers: run one shell command with a timeout and a bounded output.
 
-Both sandboxes run each command through :data:`COMMAND_WRAPPER` inside the sandbox: a fresh
+The Docker sandbox runs each command through :data:`COMMAND_WRAPPER` inside the sandbox: a fresh
 ``bash -c`` in ``/testbed`` under ``timeout`` (which kills the command's whole process group),
 its output captured into a file on a small tmpfs of its own (``/run``, so that a full
 ``/testbed`` or ``/tmp`` does not swallow it), then cut to head and tail. Output
 never streams through the host unbounded, and background processes the command leaves behind
-cannot hold the call open.
+cannot hold the call open. The bubblewrap sandbox needs no wrapper: its host process reads
+the output as it streams (keeping head and tail), and the command's PID namespace dies with it.
 """
 
 from __future__ import annotations
@@ -212,8 +213,12 @@ def split_cut(raw: str) -> tuple[str, int]:
         cut = int(raw[start + 1 + len(CUT_MARKER) : end])
     except ValueError:
         return raw, 0
-    note = f"\n[... {cut} bytes of output cut ...]\n"
-    return raw[:start] + note + raw[end + 4 :], cut
+    return raw[:start] + cut_note(cut) + raw[end + 4 :], cut
+
+
+def cut_note(cut: int) -> str:
+    """What the agent sees where ``cut`` bytes were left out of the middle of an output."""
+    return f"\n[... {cut} bytes of output cut ...]\n"
 
 
 @dataclass(frozen=True)
