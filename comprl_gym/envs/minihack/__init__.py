@@ -37,7 +37,7 @@ TASKS: dict[str, str] = {
     "MazeWalk-15x15": "a 15x15 maze to the stairs",
     "MultiRoom-N2": "two rooms joined by doors",
     "MultiRoom-N4": "four rooms joined by doors",
-    # Generated (envs/minihack/layouts.py): the demo's task.
+    # Generated (envs/minihack/layouts.py).
     "Room-East-4x3": "a lit 4x3 room; start on the west wall, stairs three steps east",
 }
 

@@ -4,11 +4,11 @@ minihack builds any level from a des-file (``MiniHack-Navigation-Custom-v0``); a
 is registered under its own ``MiniHack-<name>-v0`` id with that des-file bound, so
 ``MiniHackTextEnv`` (and ``comprl/MiniHack-<name>-v0``) plays it like a built-in task.
 
-``Room-East-4x3`` is the demo task of ``configs/demo.yaml``: the built-in rooms leave
-SmolLM2-135M either near 0% or give GRPO too weak a signal for a CPU budget; here a random
-walk wins ~15% of episodes in 8 steps, the observation names the staircase's offset, and
-the start row is drawn per episode, so a policy that learns to walk toward the stairs shows it
-in a few updates.
+``Room-East-4x3`` is a small task for learning experiments on a CPU budget: the staircase is
+always three columns east of the start, the start row is drawn per episode, and the
+observation names the offset. Measured (300 episodes): a uniform random walk over the eight
+moves wins 16% within 8 steps, 21% within 12, 34% within 16; SmolLM2-135M at temperature 1
+won 0 of 24 episodes of 8 steps.
 
 Example:
     >>> import gymnasium as gym
