@@ -260,7 +260,10 @@ def test_the_actors_critique_sets_the_extractors_reward_for_that_use(tmp_path, e
     settings = ExperienceSettings(min_uses=1, extractor_batch_size=4)
     manager = ExperienceManager(tmp_path / "s", config=settings, embedder=embedder)
     [source] = play(manager, expert, [0])
-    add = '<answer>[{"function_name": "add", "parameters": {"new_memory": "<title>Stairs</title><content>Walk toward the staircase down.</content>"}}]</answer>'
+    add = (
+        '<answer>[{"function_name": "add", "parameters": {"new_memory": '
+        '"<title>Stairs</title><content>Walk toward the staircase down.</content>"}}]</answer>'
+    )
     extractor = ExperienceExtractor(ScriptedBackend([add]), None, manager, settings)
     [eid] = extractor.write(source, actor_step=1)
 

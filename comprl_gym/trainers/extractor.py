@@ -136,8 +136,8 @@ class ExtractorGeneration:
     entries) or ``refine`` (answered a ``search_and_ask`` question). ``baseline`` is the
     ``(uses, wins)`` of ``written_ids`` when they were written; ``reward`` is fixed for a
     refinement once its trajectory is known. ``critic_adjustment`` corrects ``r`` for the uses
-    the actor critiqued (see :func:`generation_reward`). ``completion_logprobs`` are the sampler's, kept
-    for diagnostics only: the trainer recomputes the old log-probs.
+    the actor critiqued (see :func:`generation_reward`). ``completion_logprobs`` are the
+    sampler's, kept for diagnostics only: the trainer recomputes the old log-probs.
     """
 
     prompt_token_ids: list[int]
