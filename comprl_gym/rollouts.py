@@ -110,6 +110,8 @@ class Trajectory:
 
     ``meta`` carries what a caller attached to the episode: a trainer's task ``group`` and
     whether it was played ``with_experience`` (see the properties of those names).
+    ``critique`` is the actor's critique of the experiences retrieved for the episode
+    (:meth:`comprl_gym.agents.critique.Critique.to_dict`), ``None`` when there was none.
     """
 
     episode_id: str
@@ -136,6 +138,7 @@ class Trajectory:
     env_time_s: float = 0.0
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    critique: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -509,6 +512,9 @@ class RolloutWorker:
             gen_time_s=gen_time,
             env_time_s=env_time,
         )
+        critique = getattr(decision, "critique", None)
+        if critique is not None:
+            traj.critique = critique.to_dict()
         if generation is not None:
             turn.prompt_token_ids = list(generation.prompt_token_ids)
             turn.completion_token_ids = list(generation.completion_token_ids)

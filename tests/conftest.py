@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from comprl_gym.llm.base import Generation
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -69,3 +71,20 @@ def assert_model_logprobs(backend, model, generations, max_tokens: int) -> None:
         assert 1 <= len(gen.completion_token_ids) == len(gen.completion_logprobs) <= max_tokens
         expected = teacher_forced_logprobs(model, gen.prompt_token_ids, gen.completion_token_ids)
         assert gen.completion_logprobs == pytest.approx(expected, abs=5e-3)
+
+
+class ScriptedBackend:
+    """Answers every chat with the next text of ``answers`` (token ids: one per character)."""
+
+    def __init__(self, answers: list[str]):
+        self.answers = list(answers)
+        self.prompts: list[list[dict[str, str]]] = []
+
+    def chat(self, conversations, params):
+        out = []
+        for messages in conversations:
+            self.prompts.append(messages)
+            text = self.answers.pop(0)
+            ids = [ord(c) % 200 for c in text][:32] or [1]
+            out.append(Generation("p", text, [1, 2, 3], ids, [-0.1] * len(ids), "stop"))
+        return out

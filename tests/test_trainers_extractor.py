@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+from conftest import ScriptedBackend
 
 import comprl_gym  # noqa: F401
 from comprl_gym.agents import RandomAgent, make_agent
+from comprl_gym.agents.critique import parse_critique
 from comprl_gym.experience import ExperienceManager, default_embedder
 from comprl_gym.experience.prompts import ROLE_AGENT, ROLE_ENVIRONMENT, ROLE_TOOL
-from comprl_gym.llm.base import Generation
 from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.rollouts import RolloutWorker
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
@@ -39,23 +40,6 @@ def tiny():
         model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
     )
     return optimizer, backend
-
-
-class ScriptedBackend:
-    """Answers every chat with the next text of ``answers`` (token ids: one per character)."""
-
-    def __init__(self, answers: list[str]):
-        self.answers = list(answers)
-        self.prompts: list[list[dict[str, str]]] = []
-
-    def chat(self, conversations, params):
-        out = []
-        for messages in conversations:
-            self.prompts.append(messages)
-            text = self.answers.pop(0)
-            ids = [ord(c) % 200 for c in text][:32] or [1]
-            out.append(Generation("p", text, [1, 2, 3], ids, [-0.1] * len(ids), "stop"))
-        return out
 
 
 class AskingExpert:
@@ -265,6 +249,49 @@ def test_a_merge_output_is_a_sample_scored_by_the_trajectories_that_later_use_it
     assert wins[0].won and wins[0].experience_ids == [new_id]
     [(_, ready)] = extractor.ready_samples(actor_step=6)
     assert ready.meta["reward"] == 1.0  # the later win only, not the inherited losses
+    manager.close()
+
+
+def test_the_actors_critique_sets_the_extractors_reward_for_that_use(tmp_path, embedder):
+    """Reference ``add_memory_metadata_to_rollout``: a critiqued use counts the critic score
+    when below 1 (reject -1), else episode score + 1 (accept); unparsed keeps +1/-1.
+    Real episodes report the plain outcomes; each gets the critique record the actor's
+    critic makes of its reply (tests/test_agents_critique.py plays that part)."""
+    settings = ExperienceSettings(min_uses=1, extractor_batch_size=4)
+    manager = ExperienceManager(tmp_path / "s", config=settings, embedder=embedder)
+    [source] = play(manager, expert, [0])
+    add = (
+        '<answer>[{"function_name": "add", "parameters": {"new_memory": '
+        '"<title>Stairs</title><content>Walk toward the staircase down.</content>"}}]</answer>'
+    )
+    extractor = ExperienceExtractor(ScriptedBackend([add]), None, manager, settings)
+    [eid] = extractor.write(source, actor_step=1)
+
+    def critiqued(episodes, reply):
+        for episode in episodes:
+            critique = parse_critique(reply, ["the lesson"])
+            critique.ids = [eid]
+            episode.critique = critique.to_dict()
+        assert extractor.credit_critiques(episodes) == (0 if "?" in reply else len(episodes))
+        [(_, sample)] = extractor.ready_samples(actor_step=2)
+        return sample.meta["reward"]
+
+    reject = '<answer>{"function_name": "reject"}</answer>'
+    accept = '<answer>{"function_name": "accept"}</answer>'
+    won = play(manager, expert, [10])
+    assert won[0].won and won[0].score == 1.0 and won[0].experience_ids == [eid]
+    assert critiqued(won, reject) == -1.0  # plain: +1
+    won = play(manager, expert, [11])
+    assert critiqued(won, accept) == pytest.approx((-1 + (1 + 1)) / 2)  # accept: score 1 + 1
+    lost = play(manager, random_agent, [20], max_steps=1)
+    assert not lost[0].won and lost[0].score == 0.0
+    assert critiqued(lost, accept) == pytest.approx((-1 + 2 + (0 + 1)) / 3)  # 0 + 1
+    lost = play(manager, random_agent, [21], max_steps=1)
+    assert critiqued(lost, "<answer>accept?</answer>") == pytest.approx((-1 + 2 + 1 - 1) / 4)
+    assert manager.get_one(eid).uses == 4 and manager.get_one(eid).wins == 2
+    # unparsed: the extractor is not shown the dropped lesson (reference clears the uids)
+    assert extractor.shown_experiences(lost[0]) == []
+    assert [e.id for e in extractor.shown_experiences(won[0])] == [eid]
     manager.close()
 
 

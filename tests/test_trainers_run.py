@@ -298,3 +298,51 @@ def test_a_trainer_on_served_envs_learns_as_it_does_in_process(tmp_path):
         assert server.active_sessions == 0
     assert remote == local
     assert any(r.get("actor/samples", 0) > 0 for r in local[0])
+
+
+@pytest.mark.parametrize("critique", [True, False])
+def test_the_actor_critique_switch(tmp_path, critique):
+    """``experience.actor_critique``: on, the actor (the real tiny model, which writes no
+    readable decision) critiques the with-experience half's lesson before each episode, the
+    unreadable decisions drop it and the iteration counts them; off, nothing changes: the
+    lesson reaches the prompt and no critique is made or logged."""
+    cfg = _config(
+        tmp_path,
+        "complementary",
+        env_ids=["comprl/MiniHack-Room-5x5-v0"],
+        iterations=1,
+        groups_per_iteration=1,
+        eval_tasks=0,
+        experience={"actor_critique": critique, "critique_max_tokens": 8},
+    )
+    trainer = make_trainer(cfg)
+    try:
+        lesson = "Walk straight toward the staircase down."
+        trainer.manager.add([lesson], env_family="minihack")
+        trainer.actor_performance["minihack"] = [1.0, 4]
+        assert trainer.performance_of("minihack") == (0.25, 4)
+        original_play = trainer.play
+        played = []
+
+        def recording_play(tasks):
+            played.extend(original_play(tasks))
+            return played
+
+        trainer.play = recording_play
+        record = trainer.train_iteration()
+        with_half = [e for e in played if e.with_experience]
+        assert len(with_half) == 2 and all(e.experience_ids for e in with_half)
+        tokenizer = trainer.actor.tokenizer
+        prompts = [tokenizer.decode(e.turns[0].prompt_token_ids) for e in with_half]
+        if critique:
+            assert [e.critique["decision"] for e in with_half] == ["unparsed", "unparsed"]
+            assert record["critique/unparsed"] == 2 and record["critique/accept"] == 0
+            assert not any(lesson in p for p in prompts)
+        else:
+            assert all(e.critique is None for e in played)
+            assert not any(k.startswith("critique/") for k in record)
+            assert all(lesson in p for p in prompts)
+        # every training episode joins the actor's running performance
+        assert trainer.actor_performance["minihack"][1] == 4 + 4
+    finally:
+        trainer.close()

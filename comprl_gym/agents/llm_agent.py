@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from comprl_gym.agents.conversation import TokenConversation
+from comprl_gym.agents.critique import Critique, ExperienceCritic
 from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages, turn_message
 from comprl_gym.core import ConfigurationError, normalize_action_text
 from comprl_gym.experience.search_and_ask import find_tag
@@ -264,6 +265,10 @@ class EpisodeState:
     #: Multi-turn mode: the episode's chat as token ids (``None`` in windowed mode).
     conversation: TokenConversation | None = None
     last_admissible: list[str] | None = None
+    #: The retrieved experiences as ``info["experiences"]`` gave them, until the critic has
+    #: judged them (then ``critique`` holds its decision and ``experiences`` what survived).
+    retrieved: list[dict[str, Any]] = field(default_factory=list)
+    critique: Critique | None = None
 
 
 @dataclass
@@ -279,6 +284,8 @@ class AgentDecision:
         messages: the conversation the model saw (multi-turn: the messages this step added).
         segment: multi-turn mode: the context segment of this step's prompt (a trajectory
             trains one sequence per segment); ``None`` for a windowed prompt.
+        critique: on an episode's first step, the actor's critique of its retrieved
+            experiences (when the agent has a critic and experiences were retrieved).
     """
 
     action: str
@@ -288,6 +295,7 @@ class AgentDecision:
     generation: Generation | None
     messages: list[dict[str, str]]
     segment: int | None = None
+    critique: Critique | None = None
 
 
 class LLMAgent:
@@ -297,14 +305,22 @@ class LLMAgent:
         backend: the model.
         config: sampling and prompt settings.
         family: force a prompt family; by default ``info["env_family"]`` decides.
+        critic: when given, the experiences retrieved for an episode are first critiqued by
+            the actor (see :mod:`comprl_gym.agents.critique`): rejected ones leave the system
+            prompt, refined ones are replaced by the rewrite.
     """
 
     def __init__(
-        self, backend: LLMBackend, config: LLMAgentConfig | None = None, family: str | None = None
+        self,
+        backend: LLMBackend,
+        config: LLMAgentConfig | None = None,
+        family: str | None = None,
+        critic: ExperienceCritic | None = None,
     ):
         self.backend = backend
         self.config = config or LLMAgentConfig()
         self.family = family
+        self.critic = critic
         self._calls = 0
         #: Multi-turn token prompts when asked for and the backend takes token ids.
         self.multi_turn = self.config.prompt.conversation == "multi_turn"
@@ -338,11 +354,17 @@ class LLMAgent:
             if self.multi_turn
             else None
         )
+        retrieved = [
+            item
+            for item in info.get("experiences") or []
+            if isinstance(item, dict) and str(item.get("text", "")).strip()
+        ]
         return EpisodeState(
             task=task,
             family=family,
             experiences=experience_texts(info.get("experiences")),
             conversation=conversation,
+            retrieved=retrieved if self.critic is not None else [],
         )
 
     def messages_for(
@@ -370,6 +392,7 @@ class LLMAgent:
             raise ConfigurationError("act_batch needs as many states, observations and infos")
         if not states:
             return []
+        self._critique(states, observations, infos)
         if self.multi_turn:
             conversations, generations, prefills = self._generate_turns(states, observations, infos)
         else:
@@ -387,6 +410,7 @@ class LLMAgent:
                 lines = [ln.strip() for ln in generation.text.splitlines() if ln.strip()]
                 action = lines[-1][:200] if lines else self.config.fallback_action
                 logger.debug("no action in reply %r; sending %r", generation.text[:200], action)
+            first_step = state.steps == 0
             state.history.append((observation, action))
             state.last_format_error = extracted.format_error
             state.steps += 1
@@ -404,9 +428,46 @@ class LLMAgent:
                     generation=generation,
                     messages=messages,
                     segment=None if conversation is None else conversation.segment,
+                    critique=state.critique if first_step else None,
                 )
             )
         return decisions
+
+    def _critique(
+        self, states: list[EpisodeState], observations: list[str], infos: list[dict[str, Any]]
+    ) -> None:
+        """Before their first step, episodes with retrieved experiences have them critiqued
+        by the actor, in one backend call (reference ``hook_on_episode_start``: only when a
+        memory was found). The critique prompt shows the task as the actor will see it at step
+        0, without the experiences; the actor's own sampling settings apply."""
+        todo = [
+            i
+            for i, state in enumerate(states)
+            if state.retrieved and state.critique is None and state.steps == 0
+        ]
+        if self.critic is None or not todo:
+            return
+        requests = []
+        for i in todo:
+            state = states[i]
+            system, user = build_messages(
+                family=state.family,
+                task=state.task,
+                history=[],
+                observation=observations[i],
+                admissible=infos[i].get("admissible_actions"),
+                config=self.config.prompt,
+            )
+            task_prompt = (
+                f"Environment instruction: {system['content']}\nObservation: {user['content']}"
+            )
+            requests.append((state.family, task_prompt, state.retrieved))
+        call = self._calls
+        self._calls += 1
+        results = self.critic.critique(requests, self.config.sampling(call))
+        for i, critique in zip(todo, results):
+            states[i].critique = critique
+            states[i].experiences = list(critique.experiences)
 
     def _generate_turns(
         self, states: list[EpisodeState], observations: list[str], infos: list[dict[str, Any]]

@@ -281,3 +281,78 @@ def answer_prefill(
     if listed and config.answer_style == "number" and not has_templates(listed):
         return "Action number: ", ("\n",)
     return "<action>", ("</action>",)
+
+
+# --------------------------------------------------------------------------------------------
+# The actor's critique of retrieved experiences (reference: ``ACTOR_CRITIC_SYS_PROMPT_251113``
+# and ``ACTOR_CRITIC_USER_PROMPT_251113`` in ``examples/singletask-agentic/memory_prompts.yaml``,
+# used by ``memory_integration_mixin.py::actor_critic``; the wording here is our own).
+# --------------------------------------------------------------------------------------------
+CRITIQUE_SYSTEM = """\
+Before you start a task you are shown knowledge retrieved from a knowledge base of earlier \
+experience. Judge whether it will help you with the task at hand, then choose one operation:
+
+1. reject: the knowledge does not help. Use it when it is irrelevant to this task, wrong or \
+misleading, tied to a different situation in a way that cannot be adapted, or contradicts the \
+task's rules; also when you already solve such tasks well on your own.
+2. accept: the knowledge is relevant, correct, general enough and tells you what to do. It is \
+used exactly as written.
+3. refine: the knowledge holds a useful idea but should be clarified, made more general or \
+adapted to this task. Give the improved text in the parameter "refined_knowledge"; it replaces \
+the knowledge for this task.
+
+Weigh relevance (does it address what this task needs?), quality (is it correct, actionable, \
+not over-specific?) and your historical performance (if you often fail, does it address your \
+weaknesses; if you often succeed, does it add to what already works?).
+
+Answer format: first reason inside <think>...</think>, then give exactly one operation as a \
+JSON object inside <answer>...</answer>, for example
+<answer>{"function_name": "accept", "parameters": {}}</answer>
+<answer>{"function_name": "refine", "parameters": {"refined_knowledge": "..."}}</answer>
+The JSON must be valid (escape quotes and newlines inside strings). When in doubt, refine \
+rather than reject, so that a useful idea is not lost."""
+
+CRITIQUE_USER = """\
+Task prompt:
+{task_prompt}
+
+Knowledge:
+{knowledge}
+
+Historical performance:
+Average score on similar tasks: {avg_score:.2f}
+Trajectories so far: {trajectories}
+
+Reason inside <think>...</think>, then give your decision as one JSON object inside \
+<answer>...</answer>."""
+
+
+def build_critique_messages(
+    task_prompt: str, experiences: Sequence[str], avg_score: float, trajectories: int
+) -> list[dict[str, str]]:
+    """The chat in which the actor judges the experiences retrieved for its next episode.
+
+    ``task_prompt`` is what the actor will be asked at step 0 (reference: ``"Environment
+    Instruction: {system}\\nObservation: {first user message}"``); ``avg_score`` and
+    ``trajectories`` are its running performance on the env family (reference
+    ``get_tag_performance``).
+
+    Example:
+        >>> messages = build_critique_messages("Find the stairs.", ["Walk to '>'."], 0.25, 8)
+        >>> [m["role"] for m in messages]
+        ['system', 'user']
+        >>> print(messages[1]["content"].split("Historical")[0].strip())
+        Task prompt:
+        Find the stairs.
+        <BLANKLINE>
+        Knowledge:
+        1. Walk to '>'.
+    """
+    knowledge = "\n\n".join(f"{i}. {text.strip()}" for i, text in enumerate(experiences, start=1))
+    user = CRITIQUE_USER.format(
+        task_prompt=task_prompt.strip(),
+        knowledge=knowledge,
+        avg_score=avg_score,
+        trajectories=trajectories,
+    )
+    return [{"role": "system", "content": CRITIQUE_SYSTEM}, {"role": "user", "content": user}]

@@ -41,6 +41,7 @@ import gymnasium as gym
 import numpy as np
 
 import comprl_gym  # noqa: F401  (registers the comprl/* ids)
+from comprl_gym.agents.critique import DECISIONS, ExperienceCritic
 from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
 from comprl_gym.agents.prompts import PromptConfig
 from comprl_gym.core import ConfigurationError
@@ -116,6 +117,9 @@ class Trainer:
 
             torch.set_num_threads(config.torch_threads)
         self.task_rng = random.Random(config.seed)
+        #: The actor's running ``[score sum, episodes]`` per env family over training rollouts,
+        #: shown to it when it critiques experiences (reference ``record_actor_performance``).
+        self.actor_performance: dict[str, list[float]] = {}
         self.iteration = 0
         self.rollouts_done = 0
         #: The untrained actor's held-out results (``eval_before``), kept in checkpoints.
@@ -205,6 +209,7 @@ class Trainer:
         step = job["step"]
         self.extractor.distill(episodes, step)
         self.extractor.credit_refinements(episodes, step)
+        self.extractor.credit_critiques(episodes)
         # Warm-up builds the store only: no extractor update (reference: buffer collection and
         # training wait for ``_warmup_complete``).
         train = self.trains_extractor and not job.get("warmup", False)
@@ -328,6 +333,13 @@ class Trainer:
         settings = self.config.actor
         seed = (self.config.seed * 100_003 + self.iteration * 1_009 + self._play_calls) % 2**31
         self._play_calls += 1
+        critic = None
+        if self.uses_experience and self.config.experience.actor_critique:
+            critic = ExperienceCritic(
+                self.actor_backend,
+                self.config.experience.critique_max_tokens,
+                performance=self.performance_of,
+            )
         return LLMAgent(
             self.actor_backend,
             LLMAgentConfig(
@@ -340,7 +352,22 @@ class Trainer:
                     history_window=self.config.history_turns,
                 ),
             ),
+            critic=critic,
         )
+
+    def performance_of(self, family: str) -> tuple[float, int]:
+        """The actor's average training score and episode count on ``family`` so far."""
+        total, count = self.actor_performance.get(family, (0.0, 0))
+        return (total / count if count else 0.0), int(count)
+
+    def record_performance(self, episodes: list[Trajectory]) -> None:
+        """Add an iteration's training episodes to :attr:`actor_performance` (reference:
+        ``multi_agentic_pipeline.py`` records each tag's score sum and count after the
+        rollouts, so a critique sees the iterations before its own)."""
+        for episode in episodes:
+            tally = self.actor_performance.setdefault(episode.env_family, [0.0, 0])
+            tally[0] += episode.score
+            tally[1] += 1
 
     def play_jobs(
         self,
@@ -462,6 +489,7 @@ class Trainer:
             # Deterministic ids, so a resumed run writes the same provenance.
             e.episode_id = f"it{self.iteration}-{i}"
         self.rollouts_done += len(episodes)
+        self.record_performance(episodes)
         if self.worker is not None:
             submit_start = time.perf_counter()
             self.worker.submit({"episodes": episodes, "step": self.iteration, "warmup": warmup})
@@ -514,6 +542,10 @@ class Trainer:
             record["search_and_ask_calls"] = float(
                 np.mean([e.search_and_ask_calls for e in episodes])
             )
+            if self.config.experience.actor_critique:
+                decisions = [e.critique["decision"] for e in episodes if e.critique]
+                for decision in DECISIONS:
+                    record[f"critique/{decision}"] = decisions.count(decision)
         actor_wait = sum(
             v for k, v in waits.items() if k != "weight_push" and not k.startswith("of_which")
         )
@@ -633,6 +665,7 @@ class Trainer:
             "task_rng": self.task_rng.getstate(),
             "actor": self.actor.state_dict(),
             "evaluation_before": self.evaluation_before,
+            "actor_performance": self.actor_performance,
         }
         if self.extractor is not None:
             state["extractor"] = self.extractor.state_dict()
@@ -657,6 +690,9 @@ class Trainer:
         self.rollouts_done = int(state["rollouts_done"])
         self.task_rng.setstate(state["task_rng"])
         self.evaluation_before = state.get("evaluation_before")
+        self.actor_performance = {
+            family: list(tally) for family, tally in state.get("actor_performance", {}).items()
+        }
         self.actor.load_state_dict(state["actor"])
         if self.extractor is not None and "extractor" in state:
             self.manager.close()

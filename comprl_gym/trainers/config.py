@@ -137,6 +137,15 @@ class ExperienceSettings(ExperienceConfig):
     #: retrieve nothing and neither model is trained, but the experience-half trajectories are
     #: distilled, so the store holds lessons when retrieval and training start.
     warmup_iterations: int = 0
+    #: Before an episode that was given experiences, the actor critiques them (reject / accept
+    #: / refine, JSON in ``<answer>``) with its own model and sampling settings; rejected ones
+    #: leave its prompt, refined ones are replaced, and the decision sets the extractor's
+    #: reward for that use (reject -1, refine 0.5, accept score + 1). The reference's
+    #: ``enable_actor_critic`` is on; off here by default because SmolLM2-135M does not write
+    #: a readable decision (an unreadable one drops the experiences; see configs/demo.yaml).
+    actor_critique: bool = False
+    #: Longest critique reply in tokens (the actor's ``max_new_tokens`` is sized for actions).
+    critique_max_tokens: int = 256
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -149,6 +158,8 @@ class ExperienceSettings(ExperienceConfig):
                 "experience.cispo_eps_low must be in [0, 1) and cispo_eps_high >= 0, got "
                 f"{self.cispo_eps_low} and {self.cispo_eps_high}"
             )
+        if self.critique_max_tokens < 1:
+            raise ConfigurationError("experience.critique_max_tokens must be >= 1")
         if self.max_pending_iterations < 0 or self.warmup_iterations < 0:
             raise ConfigurationError(
                 "experience.max_pending_iterations and experience.warmup_iterations must be >= 0"

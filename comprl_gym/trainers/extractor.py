@@ -25,6 +25,11 @@ agentic/``; see ``/work/helpers/REFERENCE_12.md`` for the line-by-line study):
   outcome; a merge call is a sample whose ``r`` comes from the trajectories that later used the
   entries it produced (reference ``_merge_single_task``: ``triggered_interaction`` = the last
   successful merge call).
+* **Actor critique** (reference ``memory_integration_mixin.py::add_memory_metadata_to_rollout``):
+  when the actor critiqued the experiences retrieved for an episode, that use counts
+  :func:`critiqued_outcome` (reject -1, refine 0.5, accept score + 1) instead of +1/-1 for the
+  generations that wrote them (:meth:`ExperienceExtractor.credit_critiques`); an unparsed
+  critique leaves the plain outcome, as in the reference.
 * **Advantage** (reference ``memory_reward_normalization: {grouping: batch, method: mean}``,
   ``memory_adv_estimator: reinforce``): ``A = r - mean(r over the extractor batch)``, times the
   manager's one training-count weight (:meth:`~comprl_gym.experience.ExperienceManager.
@@ -47,6 +52,8 @@ Example (reward attribution from the store's tallies, no model needed):
     True
     >>> batch_advantages([1.0, -1.0, 1 / 3])  # r - mean(r): mean = 1/9
     [0.8888888888888888, -1.1111111111111112, 0.2222222222222222]
+    >>> generation_reward(manager, [a], adjustment=critiqued_outcome(-1.0, 1.0) - 1)  # (-1-1)/2
+    -1.0
     >>> manager.close()
 """
 
@@ -78,18 +85,40 @@ REFINEMENT_ROUNDS = 2
 
 
 def generation_reward(
-    manager: Any, written_ids: Iterable[int], min_uses: int = 1, baseline: tuple[int, int] = (0, 0)
+    manager: Any,
+    written_ids: Iterable[int],
+    min_uses: int = 1,
+    baseline: tuple[int, int] = (0, 0),
+    adjustment: float = 0.0,
 ) -> float | None:
     """``r`` of a generation: the mean of +1 (win) / -1 (loss) over the trajectories that used
     the entries it wrote, pooled over those entries (the store's uses/wins), minus the
     ``baseline`` ``(uses, wins)`` those entries already had when it wrote them (a merged entry
-    inherits tallies); ``None`` while fewer than ``min_uses`` uses were reported."""
+    inherits tallies); ``None`` while fewer than ``min_uses`` uses were reported.
+    ``adjustment`` is the sum, over the uses the actor critiqued, of the critiqued outcome
+    minus the +1/-1 the store counted (:meth:`ExperienceExtractor.credit_critiques`)."""
     found = manager.get(list(written_ids))
     uses = sum(e.uses for e in found) - baseline[0]
     wins = sum(e.wins for e in found) - baseline[1]
     if uses < max(1, min_uses):
         return None
-    return (2 * wins - uses) / uses
+    return (2 * wins - uses + adjustment) / uses
+
+
+def critiqued_outcome(critic_score: float, episode_score: float) -> float:
+    """The outcome one critiqued use gives the generation that wrote the experience: the critic
+    score itself when below 1 (reject -1, refine 0.5), else the episode's score plus it
+    (accept: score + 1); an outcome of exactly 0 counts -1 as every failure does (reference
+    ``add_memory_metadata_to_rollout``, then ``_collect_triggered_interactions_to_buffer``).
+
+    Example:
+        >>> critiqued_outcome(-1.0, 1.0), critiqued_outcome(0.5, 0.0), critiqued_outcome(1.0, 0.0)
+        (-1.0, 0.5, 1.0)
+        >>> critiqued_outcome(1.0, 1.0)
+        2.0
+    """
+    outcome = critic_score if critic_score < 1 else episode_score + critic_score
+    return -1.0 if outcome == 0 else float(outcome)
 
 
 def batch_advantages(rewards: list[float]) -> list[float]:
@@ -106,8 +135,9 @@ class ExtractorGeneration:
     ``kind`` is ``extract`` (wrote entries from a trajectory), ``merge`` (produced merged
     entries) or ``refine`` (answered a ``search_and_ask`` question). ``baseline`` is the
     ``(uses, wins)`` of ``written_ids`` when they were written; ``reward`` is fixed for a
-    refinement once its trajectory is known. ``completion_logprobs`` are the sampler's, kept
-    for diagnostics only: the trainer recomputes the old log-probs.
+    refinement once its trajectory is known. ``critic_adjustment`` corrects ``r`` for the uses
+    the actor critiqued (see :func:`generation_reward`). ``completion_logprobs`` are the
+    sampler's, kept for diagnostics only: the trainer recomputes the old log-probs.
     """
 
     prompt_token_ids: list[int]
@@ -122,6 +152,7 @@ class ExtractorGeneration:
     question: str = ""
     answer: str = ""
     rounds: int = 0
+    critic_adjustment: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -175,6 +206,7 @@ class ExtractorCounts:
     written: int = 0
     refinements: int = 0
     merge_calls: int = 0
+    critiqued_uses: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -268,6 +300,11 @@ class ExperienceExtractor:
         """The lessons the episode was shown that are still in the store (reference: the
         first turn's retrieved uids, ``last_turn_uids``), in the order shown."""
         ids = [int(i) for i in dict.fromkeys(episode.experience_ids)]
+        critique = episode.critique
+        if critique is not None and critique.get("score") is None:
+            # An unreadable critique drops the memory uids too (reference hook_on_episode_start).
+            dropped = {int(i) for i in critique.get("ids", [])}
+            ids = [i for i in ids if i not in dropped]
         return [e for e in self.manager.get(ids) if e.status == "active"]
 
     def write(self, episode: Trajectory, actor_step: int) -> list[int]:
@@ -398,6 +435,36 @@ class ExperienceExtractor:
         ]
         return credited
 
+    # ------------------------------------------------------------------ actor critiques
+    def credit_critiques(self, episodes: list[Trajectory]) -> int:
+        """Let each critiqued use count :func:`critiqued_outcome` instead of the +1/-1 that
+        :class:`~comprl_gym.wrappers.OutcomeReporting` tallied, for every pending extract or
+        merge generation that wrote one of the critiqued experiences (reference
+        ``add_memory_metadata_to_rollout``: the critic score overrides the episode score of
+        the first turn's triggered interactions). An unparsed critique (score ``None``) and an
+        episode cut short (its outcome was never reported) change nothing. Returns the uses
+        corrected.
+        """
+        corrected = 0
+        for episode in episodes:
+            critique = episode.critique
+            if critique is None or critique.get("score") is None or episode.error:
+                continue
+            ids = {int(i) for i in critique.get("ids", [])} & {
+                int(i) for i in episode.experience_ids
+            }
+            delta = critiqued_outcome(float(critique["score"]), episode.score) - (
+                1.0 if episode.won else -1.0
+            )
+            for generation in self.pending:
+                if generation.kind == "refine":
+                    continue
+                uses = len(ids.intersection(generation.written_ids))
+                generation.critic_adjustment += uses * delta
+                corrected += uses
+        self.counts.critiqued_uses += corrected
+        return corrected
+
     # ------------------------------------------------------------------ merging
     def merge_chunk(self, texts: list[str]) -> str:
         """One merge call: ``<<<KNOWLEDGE_ITEM>>>`` blocks or ``return`` for a chunk of items."""
@@ -452,6 +519,7 @@ class ExperienceExtractor:
                     generation.written_ids,
                     self.settings.min_uses,
                     tuple(generation.baseline),  # type: ignore[arg-type]
+                    generation.critic_adjustment,
                 )
             )
             if reward is not None:
