@@ -203,6 +203,10 @@ def main() -> None:
         chunk = np.arange(start, min(start + 20000, args.n))
         old.apply([("add", "", chunk + 1, data[chunk])])
     results["old_f32_build_s"] = time.perf_counter() - t
+    print(
+        f"  default-config sweep done; old f32 graph built in {results['old_f32_build_s']:.0f}s",
+        flush=True,
+    )
     old_index = old.indexes[""]
     f32_sweep = []
     for ef in sorted({64, 96, 128, 160}):
@@ -225,6 +229,7 @@ def main() -> None:
     t = time.perf_counter()
     hnsw.add(data)
     results["faiss_hnsw_build_s"] = time.perf_counter() - t
+    print(f"  faiss HNSW built in {results['faiss_hnsw_build_s']:.0f}s", flush=True)
     faiss_sweep, equal = [], None
     for ef in (16, 24, 32, 48, 64, 96, 128, 192, 256):
         hnsw.hnsw.efSearch = ef

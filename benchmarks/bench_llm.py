@@ -119,11 +119,7 @@ def main() -> None:
         for episodes in args.episodes:
             for reuse in (False, True):
                 rows.append(run(name, reuse, episodes, args))
-                r = rows[-1]
-                print(
-                    f"  {name} reuse={reuse} episodes={episodes}: {r['steps_per_s']:.3f} steps/s",
-                    flush=True,
-                )
+                print(f"  {json.dumps(rows[-1])}", flush=True)  # each row as soon as it is done
     print(
         f"\n{args.model} on {args.env}, multi-turn: episodes x {args.max_steps} steps, "
         f"{args.threads} threads, max {args.max_tokens} new tokens per step\n"
