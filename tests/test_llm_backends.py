@@ -235,3 +235,42 @@ def test_openai_backend_cannot_take_token_prompts_and_the_agent_falls_back(serve
         agent = LLMAgent(client, config)
     assert not agent.multi_turn and "falls back to windowed" in caplog.text
     assert LLMAgent(TransformersBackend("tiny"), config).multi_turn
+
+
+def test_shared_prefix_reuse_gives_the_tokens_and_logprobs_of_a_full_encode(tiny):
+    """Multi-turn conversations (ragged, batched, one system prompt) with the prefix cache give
+    the greedy tokens and logprobs of encoding every prompt from scratch, while re-encoding
+    only the new tokens; a weight change empties the cache."""
+    fresh = TransformersBackend(
+        model_object=tiny.model, tokenizer_object=tiny.tokenizer, prefix_cache_tokens=0
+    )
+    reuse = TransformersBackend(model_object=tiny.model, tokenizer_object=tiny.tokenizer)
+    params = SamplingParams(max_tokens=5, temperature=0)
+    encode = tiny.tokenizer.encode
+    system = encode("You are an agent in a dungeon. Reply with one move.\n")
+    prompts = [system + encode(f"obs {i}: " + "wall " * i) for i in range(4)]
+    previous: list[list[int]] = []
+    for turn in range(3):
+        with_cache = reuse.generate_ids(prompts, params)
+        plain = fresh.generate_ids(prompts, params)
+        for a, b in zip(with_cache, plain):
+            assert a.completion_token_ids == b.completion_token_ids
+            assert a.completion_logprobs == pytest.approx(b.completion_logprobs, abs=1e-4)
+            assert b.extra["cached_prompt_tokens"] == 0
+        cached = [g.extra["cached_prompt_tokens"] for g in with_cache]
+        if turn == 0:  # one batch fills the cache only once it is done
+            assert cached == [0, 0, 0, 0]
+        else:  # the previous prompt and reply come from the cache
+            for gen, before in zip(with_cache, previous):
+                assert gen.extra["cached_prompt_tokens"] >= len(before) - 1
+        previous = [p + g.completion_token_ids for p, g in zip(prompts, with_cache)]
+        prompts = [p + encode(f" step {turn} row {i}" * (i + 1)) for i, p in enumerate(previous)]
+    [newcomer] = reuse.generate_ids([system + encode("obs 9: door")], params)
+    assert newcomer.extra["cached_prompt_tokens"] >= len(system)  # the shared system prompt
+    expected = teacher_forced_logprobs(
+        tiny.model, newcomer.prompt_token_ids, newcomer.completion_token_ids
+    )
+    assert newcomer.completion_logprobs == pytest.approx(expected, abs=2e-4)
+    reuse.update_weights({k: v + 0.0 for k, v in tiny.model.state_dict().items()})
+    [after] = reuse.generate_ids(prompts[:1], params)
+    assert after.extra["cached_prompt_tokens"] == 0

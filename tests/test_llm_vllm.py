@@ -126,3 +126,16 @@ def test_multi_turn_episodes_on_vllm_are_token_in_token_out(engine, hf_model):
         assert trained == [i for turn in traj.turns for i in turn.completion_token_ids]
     for env in envs:
         env.close()
+
+
+def test_prefix_cache_serves_the_shared_prefix_of_a_longer_prompt(engine):
+    """The second prompt extends the first: vLLM reports its shared full blocks as cached."""
+    assert engine.prefix_caching
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size  # 128 on CPU
+    first = [i % 50 + 10 for i in range(2 * block + 5)]
+    params = SamplingParams(max_tokens=2, temperature=0)
+    [cold] = engine.generate_ids([first], params)
+    [warm] = engine.generate_ids([first + [7, 8, 9]], params)
+    assert cold.extra["cached_prompt_tokens"] == 0
+    # vLLM caches whole blocks: the two full blocks of the shared prefix
+    assert warm.extra["cached_prompt_tokens"] == 2 * block

@@ -87,6 +87,12 @@ class ExperienceConfig:
     hnsw_expansion_add: int = 128
     #: Candidate list size while searching (usearch ``expansion_search``); raises recall.
     hnsw_expansion_search: int = 160
+    #: Scalar type of the vectors in the HNSW graph: ``"f32"``, ``"f16"`` or ``"i8"``. A
+    #: quantised graph is searched for ``rerank_oversample * k`` candidates that are re-ranked
+    #: with exact float32 cosine over vectors kept in memory (loaded from SQLite on open).
+    hnsw_dtype: str = "i8"
+    #: Graph candidates per wanted result when the graph is quantised (1 = no oversampling).
+    rerank_oversample: int = 2
     #: SQLite ``synchronous`` pragma: FULL survives power loss, NORMAL survives a killed
     #: process (WAL) and is faster.
     sqlite_synchronous: str = "FULL"
@@ -118,6 +124,9 @@ class ExperienceConfig:
             "train_weight_power": self.train_weight_power >= 0,
             "min_quality": 0.0 <= self.min_quality <= 1.0,
             "hnsw_connectivity": self.hnsw_connectivity >= 2,
+            "hnsw_expansion_search": self.hnsw_expansion_search >= 1,
+            "hnsw_dtype": self.hnsw_dtype in ("f32", "f16", "i8"),
+            "rerank_oversample": self.rerank_oversample >= 1,
             "max_text_chars": self.max_text_chars >= 16,
             "sqlite_synchronous": self.sqlite_synchronous.upper()
             in ("OFF", "NORMAL", "FULL", "EXTRA"),

@@ -1,5 +1,11 @@
 """The vector index: one usearch HNSW index (cosine) per env family, a cache of the database.
 
+The graph may hold quantised vectors (``ExperienceConfig.hnsw_dtype`` ``"i8"`` or ``"f16"``):
+a search then fetches ``rerank_oversample`` times the asked count from the graph and re-ranks
+those candidates exactly with the float32 vectors kept in memory (:class:`ExactVectors`,
+loaded from the database, which stores every vector), so the order and similarities returned
+are those of float32 cosine among the candidates.
+
 Saved atomically under a generation number with a size and CRC-32 per file
 (``index-state.json`` written last), reconciled with the database's active rows on open (a
 process killed between a commit and a save loses nothing) and rebuilt from the database on
@@ -64,6 +70,76 @@ def _index_file_stem(family_key: str) -> str:
     return f"index-{safe}"
 
 
+def _grown(array: np.ndarray, length: int, fill: float) -> np.ndarray:
+    """``array`` extended along its first axis to at least ``length`` rows (doubling)."""
+    out = np.full((max(length, 2 * len(array)), *array.shape[1:]), fill, array.dtype)
+    out[: len(array)] = array
+    return out
+
+
+class ExactVectors:
+    """The float32 unit vectors of one index (given normalised, as the store writes them),
+    keyed by id, for the exact re-rank.
+
+    Rows are packed; a removed row is filled with the last one, so memory stays one row per id.
+
+    Example:
+        >>> rows = ExactVectors(dim=2)
+        >>> rows.add(np.array([5, 9]), np.array([[1.0, 0.0], [0.0, 1.0]], np.float32))
+        >>> rows.remove(np.array([5]))
+        >>> rows.similarities(np.array([[9, -1]]), np.array([[0.6, 0.8]], np.float32)).tolist()
+        [[0.800000011920929, -inf]]
+    """
+
+    def __init__(self, dim: int):
+        self.matrix = np.zeros((0, dim), np.float32)
+        self.id_of = np.zeros(0, np.int64)  # row -> id
+        self.row_of = np.full(0, -1, np.int64)  # id -> row, -1 where absent
+        self.size = 0
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not ids.size:
+            return
+        if int(ids.max()) >= self.row_of.size:
+            self.row_of = _grown(self.row_of, int(ids.max()) + 1, fill=-1)
+        new = np.unique(ids[self.row_of[ids] < 0])
+        needed = self.size + new.size
+        if needed > self.matrix.shape[0]:
+            self.matrix = _grown(self.matrix, needed, fill=0)
+            self.id_of = _grown(self.id_of, needed, fill=-1)
+        self.row_of[new] = np.arange(self.size, needed)
+        self.id_of[self.size : needed] = new
+        self.size = needed
+        self.matrix[self.row_of[ids]] = np.asarray(vectors, dtype=np.float32)
+
+    def remove(self, ids: np.ndarray) -> None:
+        for eid in np.asarray(ids, dtype=np.int64).reshape(-1):
+            if eid >= self.row_of.size or self.row_of[eid] < 0:
+                continue
+            row, last = int(self.row_of[eid]), self.size - 1
+            moved = int(self.id_of[last])  # the last row fills the hole
+            self.matrix[row] = self.matrix[last]
+            self.id_of[row] = moved
+            self.row_of[moved] = row
+            self.row_of[eid] = -1
+            self.size = last
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        """The rows of ``ids`` (all present)."""
+        return self.matrix[self.row_of[np.asarray(ids, dtype=np.int64)]]
+
+    def similarities(self, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """Cosine of each query row with its candidate ``ids`` (``(n, c)``; -1 gives -inf)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        known = (ids >= 0) & (ids < self.row_of.size)
+        rows = np.where(known, self.row_of[np.where(known, ids, 0)], -1)
+        candidates = self.matrix[np.maximum(rows, 0)]  # (n, c, dim)
+        sims = np.einsum("ncd,nd->nc", candidates, queries)
+        sims[rows < 0] = -np.inf
+        return sims
+
+
 def _crc32_file(path: Path) -> int:
     crc = 0
     with open(path, "rb") as handle:
@@ -86,7 +162,14 @@ class FamilyIndexes:
         self.dim = dim
         self.config = config or ExperienceConfig()
         self.indexes: dict[str, Any] = {}
+        #: float32 rows per index key when the graph is quantised (empty for ``"f32"``).
+        self.exact: dict[str, ExactVectors] = {}
         self.changes = 0
+
+    @property
+    def reranks(self) -> bool:
+        """True when the graph holds quantised vectors and results are re-ranked in float32."""
+        return self.config.hnsw_dtype != "f32"
 
     def new_index(self) -> Any:
         usearch = import_usearch()
@@ -94,7 +177,7 @@ class FamilyIndexes:
         return usearch.Index(
             ndim=self.dim,
             metric="cos",
-            dtype="f32",
+            dtype=cfg.hnsw_dtype,
             connectivity=cfg.hnsw_connectivity,
             expansion_add=cfg.hnsw_expansion_add,
             expansion_search=cfg.hnsw_expansion_search,
@@ -128,7 +211,17 @@ class FamilyIndexes:
                         raise ValueError(
                             f"dimension {getattr(index, 'ndim', '?')} != store dimension {self.dim}"
                         )
-                    index.expansion_search = self.config.hnsw_expansion_search
+                    saved_dtype = str(index.dtype).rsplit(".", 1)[-1].lower()
+                    if saved_dtype != self.config.hnsw_dtype:
+                        logger.info(
+                            "index %s holds %s vectors, the config asks for %s: rebuilding it",
+                            file,
+                            saved_dtype,
+                            self.config.hnsw_dtype,
+                        )
+                        index = None
+                    else:
+                        index.expansion_search = self.config.hnsw_expansion_search
                 except (RuntimeError, ValueError, OSError) as exc:
                     if not repair:
                         raise DataError(
@@ -150,6 +243,7 @@ class FamilyIndexes:
     ) -> None:
         """Drop the in-memory indexes and rebuild them from the database, then save."""
         self.indexes = {}
+        self.exact = {}
         for key in sorted(db_keys):
             self.indexes[key] = self.new_index()
             self.reconcile(key, active_ids(key), vectors_of)
@@ -170,9 +264,15 @@ class FamilyIndexes:
     def reconcile(
         self, key: str, db_ids: Sequence[int], vectors_of: Callable[[list[int]], np.ndarray]
     ) -> None:
-        """Make the ``key`` index hold exactly ``db_ids`` (the active ids of that family)."""
+        """Make the ``key`` index (and its float32 rows) hold exactly ``db_ids`` (the active ids
+        of that family)."""
         index = self.indexes[key]
         wanted = np.asarray(db_ids, dtype=np.int64)
+        if self.reranks:
+            exact = self.exact[key] = ExactVectors(self.dim)
+            for start in range(0, wanted.size, 20000):
+                chunk = wanted[start : start + 20000]
+                exact.add(chunk, vectors_of(chunk.tolist()))
         present = np.asarray(index.keys, dtype=np.int64) if len(index) else np.zeros(0, np.int64)
         extra = np.setdiff1d(present, wanted, assume_unique=True)
         missing = np.setdiff1d(wanted, present, assume_unique=True)
@@ -184,7 +284,10 @@ class FamilyIndexes:
             )
             for start in range(0, missing.size, 20000):
                 chunk = missing[start : start + 20000]
-                index.add(chunk.astype(np.uint64), vectors_of(chunk.tolist()))
+                vectors = (
+                    self.exact[key].vectors(chunk) if self.reranks else vectors_of(chunk.tolist())
+                )
+                index.add(chunk.astype(np.uint64), vectors)
         self.changes += int(extra.size + missing.size)
 
     # ------------------------------------------------------------------ changes
@@ -194,12 +297,17 @@ class FamilyIndexes:
             index = self.indexes.get(key)
             if index is None:
                 index = self.indexes[key] = self.new_index()
+            exact = self.exact.setdefault(key, ExactVectors(self.dim)) if self.reranks else None
             if op == "add":
                 index.add(np.asarray(ids).astype(np.uint64), vectors)
+                if exact is not None:
+                    exact.add(ids, vectors)
             else:
                 present = np.array([i for i in ids if index.contains(int(i))], dtype=np.uint64)
                 if present.size:
                     index.remove(present)
+                if exact is not None:
+                    exact.remove(ids)
             self.changes += len(ids)
         autosave = self.config.index_autosave_changes
         if autosave and self.changes >= autosave:
@@ -221,7 +329,8 @@ class FamilyIndexes:
         """Approximate nearest neighbours of each row of ``vectors`` among ``family_keys`` indexes.
 
         Returns ``(ids, similarities)``, both ``(n, count)``, sorted by similarity, ``-1`` ids
-        (similarity ``-inf``) where fewer than ``count`` exist.
+        (similarity ``-inf``) where fewer than ``count`` exist. With a quantised graph the
+        ``rerank_oversample * count`` graph candidates are re-ranked with exact float32 cosine.
         """
         vectors = normalize_rows(vectors)
         n = vectors.shape[0]
@@ -231,17 +340,21 @@ class FamilyIndexes:
             index = self.indexes.get(key)
             if index is None or not len(index):
                 continue
+            wanted = count * self.config.rerank_oversample if self.reranks else count
             matches = index.search(
-                vectors, min(count, len(index)), threads=self.config.search_threads
+                vectors, min(wanted, len(index)), threads=self.config.search_threads
             )
             keys = np.asarray(matches.keys, dtype=np.int64).reshape(n, -1)
-            sims = (1.0 - np.asarray(matches.distances, dtype=np.float32)).reshape(n, -1)
             counts = np.asarray(getattr(matches, "counts", keys.shape[1])).reshape(-1)
             counts = np.broadcast_to(counts, (n,))
             width = keys.shape[1]
             invalid = np.arange(width)[None, :] >= counts[:, None]
             keys[invalid] = -1
-            sims[invalid] = -np.inf
+            if self.reranks:
+                sims = self.exact[key].similarities(keys, vectors)
+            else:
+                sims = (1.0 - np.asarray(matches.distances, dtype=np.float32)).reshape(n, -1)
+                sims[invalid] = -np.inf
             all_ids.append(keys)
             all_sims.append(sims)
         ids = np.concatenate(all_ids, axis=1)
@@ -289,7 +402,8 @@ class FamilyIndexes:
         self.changes = 0
 
     def memory_bytes(self) -> int:
-        return int(sum(index.memory_usage for index in self.indexes.values()))
+        graphs = sum(index.memory_usage for index in self.indexes.values())
+        return int(graphs + sum(rows.matrix.nbytes for rows in self.exact.values()))
 
 
-__all__ = ["INDEX_STATE", "FamilyIndexes", "IndexOp", "import_usearch"]
+__all__ = ["INDEX_STATE", "ExactVectors", "FamilyIndexes", "IndexOp", "import_usearch"]

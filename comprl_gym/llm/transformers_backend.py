@@ -4,6 +4,14 @@ The backend owns a torch model and its tokenizer and exposes both (:attr:`model`
 :attr:`tokenizer`) so a trainer can optimise the very weights that generate rollouts: after
 an optimiser step the next :meth:`generate` samples from the new policy, no sync needed.
 
+Shared-prefix reuse: the keys and values of each finished sequence (prompt + completion) are
+kept (:class:`PrefixKVCache`, bounded by ``prefix_cache_tokens``), so a multi-turn prompt that
+extends an earlier prompt and reply, or shares a system prompt with another episode,
+re-encodes only what is new. The cached rows of a batch are left-padded into one cache and
+the new tokens follow their own padding; positions come from the attention mask, so every
+token sees what it would without the cache. Any in-place change of the weights (an optimiser
+step, :meth:`TransformersBackend.update_weights`) empties the cache.
+
 Example:
     >>> from comprl_gym.llm import SamplingParams, TransformersBackend
     >>> backend = TransformersBackend("tiny")
@@ -18,7 +26,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import OrderedDict
 from typing import Any
+
+import numpy as np
 
 from comprl_gym.core import ConfigurationError, require
 from comprl_gym.llm.base import (
@@ -33,6 +44,67 @@ from comprl_gym.llm.models import resolve_model
 logger = logging.getLogger(__name__)
 
 
+class PrefixKVCache:
+    """Per-layer keys and values of finished token sequences, looked up by longest common prefix.
+
+    Entries are ``(ids, [(keys, values) per layer])`` with tensors of shape ``(heads, len(ids),
+    head_dim)``; the oldest go when more than ``max_tokens`` positions are held, and an entry
+    whose ids start a newer one is dropped (the newer one covers it).
+
+    Example:
+        >>> import torch
+        >>> cache = PrefixKVCache(max_tokens=100)
+        >>> cache.put([1, 2, 3], [(torch.zeros(1, 3, 2), torch.ones(1, 3, 2))])
+        >>> length, layers = cache.lookup([1, 2, 9, 9])
+        >>> length, tuple(layers[0][0].shape)
+        (2, (1, 2, 2))
+        >>> cache.lookup([1, 2, 3])[0]  # at least one token is left to encode
+        2
+    """
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = max_tokens
+        self.entries: OrderedDict[tuple[int, ...], tuple[np.ndarray, list[tuple[Any, Any]]]] = (
+            OrderedDict()
+        )
+        self.tokens = 0
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.tokens = 0
+
+    def lookup(self, ids: list[int]) -> tuple[int, list[tuple[Any, Any]] | None]:
+        """The longest cached prefix of ``ids`` (leaving its last token) and its layers, sliced."""
+        wanted = np.asarray(ids, dtype=np.int64)
+        best, best_key = 0, None
+        for key, (stored, _) in self.entries.items():
+            n = min(len(stored), len(wanted) - 1)
+            if n <= best:
+                continue
+            differ = np.flatnonzero(stored[:n] != wanted[:n])
+            common = int(differ[0]) if differ.size else n
+            if common > best:
+                best, best_key = common, key
+        if best_key is None:
+            return 0, None
+        self.entries.move_to_end(best_key)
+        layers = self.entries[best_key][1]
+        return best, [(k[:, :best], v[:, :best]) for k, v in layers]
+
+    def put(self, ids: list[int], layers: list[tuple[Any, Any]]) -> None:
+        key = tuple(ids)
+        if not key or len(key) > self.max_tokens:
+            return
+        for old in [k for k in self.entries if len(k) <= len(key) and key[: len(k)] == k]:
+            self.tokens -= len(old)
+            del self.entries[old]
+        self.entries[key] = (np.asarray(ids, dtype=np.int64), layers)
+        self.tokens += len(key)
+        while self.tokens > self.max_tokens:
+            old, _ = self.entries.popitem(last=False)
+            self.tokens -= len(old)
+
+
 class TransformersBackend(LLMBackend):
     """Generate with ``transformers`` ``model.generate`` in batches, left-padded.
 
@@ -42,6 +114,8 @@ class TransformersBackend(LLMBackend):
         dtype: torch dtype name; float32 on CPU by default, bfloat16 on GPU.
         max_batch_size: prompts per forward pass; bigger batches are split.
         model_object / tokenizer_object: use an already-loaded model and tokenizer instead.
+        prefix_cache_tokens: token positions whose keys and values are kept for shared-prefix
+            reuse (0 turns reuse off).
     """
 
     name = "transformers"
@@ -54,6 +128,7 @@ class TransformersBackend(LLMBackend):
         max_batch_size: int = 32,
         model_object: Any = None,
         tokenizer_object: Any = None,
+        prefix_cache_tokens: int = 32768,
     ):
         torch = require("torch", "the transformers backend", "llm")
         transformers = require("transformers", "the transformers backend", "llm")
@@ -85,6 +160,8 @@ class TransformersBackend(LLMBackend):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"
         self.model.eval()
+        self.prefix_cache = PrefixKVCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self._weights_seen: int | None = None
 
     # ---- interface -----------------------------------------------------------------------
     def update_weights(self, state_dict: dict[str, Any]) -> None:
@@ -148,7 +225,7 @@ class TransformersBackend(LLMBackend):
         if not prompts:
             return []
         started = time.perf_counter()
-        encoded = self._left_pad(prompt_ids)
+        encoded, past, cached = self._encode(prompt_ids)
         eos_ids = self._eos_ids()
         kwargs: dict[str, Any] = {
             "max_new_tokens": params.max_tokens,
@@ -170,7 +247,7 @@ class TransformersBackend(LLMBackend):
             torch.manual_seed(params.seed)
         try:
             with torch.inference_mode():
-                result = self.model.generate(**encoded, **kwargs)
+                result = self.model.generate(**encoded, past_key_values=past, **kwargs)
         except torch.OutOfMemoryError as exc:  # pragma: no cover - needs a small GPU
             raise BackendError(
                 f"out of memory generating {len(prompts)} completions of up to "
@@ -181,6 +258,7 @@ class TransformersBackend(LLMBackend):
         elapsed = time.perf_counter() - started
         prompt_len = encoded["input_ids"].shape[1]
         new_tokens = result.sequences[:, prompt_len:].tolist()
+        kept_rows: list[tuple[list[int], list[int]]] = []
         logprob_rows = None
         if params.logprobs and result.logits:
             # Raw logits (before temperature / top-p): log-probs of the unprocessed policy.
@@ -209,6 +287,7 @@ class TransformersBackend(LLMBackend):
             if params.stop:
                 text, _ = truncate_at_stop(text, params.stop)
             lps = logprob_rows[row][:cut] if logprob_rows is not None else None
+            kept_rows.append((list(prompt_ids[row]), tokens))
             generations.append(
                 Generation(
                     prompt=prompt,
@@ -218,9 +297,92 @@ class TransformersBackend(LLMBackend):
                     completion_logprobs=lps,
                     finish_reason=finish,
                     gen_time_s=elapsed,
+                    extra={"cached_prompt_tokens": cached[row]},
                 )
             )
+        self._keep_prefixes(result.past_key_values, encoded["attention_mask"], kept_rows)
         return generations
+
+    # ---- shared-prefix reuse ---------------------------------------------------------------
+    def _weights_version(self) -> int:
+        """Grows whenever a parameter is changed in place (optimiser step, load_state_dict)."""
+        return sum(p._version for p in self.model.parameters())
+
+    def _encode(self, ids: list[list[int]]) -> tuple[dict[str, Any], Any, list[int]]:
+        """Inputs for ``generate``: ``(encoded, past_key_values or None, cached length per row)``.
+
+        With cached prefixes, row ``i`` is laid out as ``[pad][cached c_i][pad][new n_i]``: the
+        first ``max(c)`` columns live in the cache, the rest are encoded now.
+        """
+        if self.prefix_cache is None:
+            return self._left_pad(ids), None, [0] * len(ids)
+        version = self._weights_version()
+        if version != self._weights_seen:
+            self.prefix_cache.clear()
+            self._weights_seen = version
+        hits = [self.prefix_cache.lookup(row) for row in ids]
+        cached_width = max(length for length, _ in hits)
+        if cached_width == 0:
+            return self._left_pad(ids), None, [0] * len(ids)
+        torch = self._torch
+        transformers = require("transformers", "the transformers backend", "llm")
+        new_width = max(len(row) - length for row, (length, _) in zip(ids, hits))
+        pad = int(self.tokenizer.pad_token_id)
+        width = cached_width + new_width
+        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(ids), width), dtype=torch.long)
+        n_layers = len(next(layers for _, layers in hits if layers is not None))
+        keys: list[Any] = [None] * n_layers
+        values: list[Any] = [None] * n_layers
+        for i, (row, (length, layers)) in enumerate(zip(ids, hits)):
+            start = cached_width - length
+            input_ids[i, start:cached_width] = torch.tensor(row[:length], dtype=torch.long)
+            attention[i, start:cached_width] = 1
+            fresh = row[length:]
+            input_ids[i, width - len(fresh) :] = torch.tensor(fresh, dtype=torch.long)
+            attention[i, width - len(fresh) :] = 1
+            if layers is None:
+                continue
+            for layer, (k, v) in enumerate(layers):
+                if keys[layer] is None:
+                    shape = (len(ids), k.shape[0], cached_width, k.shape[2])
+                    keys[layer] = torch.zeros(shape, dtype=k.dtype, device=k.device)
+                    values[layer] = torch.zeros(shape, dtype=v.dtype, device=v.device)
+                keys[layer][i, :, start:] = k
+                values[layer][i, :, start:] = v
+        past = transformers.DynamicCache(config=self.model.config)
+        for layer in range(n_layers):
+            past.update(keys[layer], values[layer], layer)
+        encoded = {
+            "input_ids": input_ids.to(self.device),
+            "attention_mask": attention.to(self.device),
+        }
+        return encoded, past, [length for length, _ in hits]
+
+    def _keep_prefixes(
+        self, past: Any, prompt_mask: Any, rows: list[tuple[list[int], list[int]]]
+    ) -> None:
+        """Store each row's prompt + completion (all but the last token, whose keys and values
+        were never computed) from the batch's cache."""
+        if self.prefix_cache is None or past is None:
+            return
+        torch = self._torch
+        layers = [(layer.keys, layer.values) for layer in past.layers]
+        width = prompt_mask.shape[1]
+        for i, (prompt, completion) in enumerate(rows):
+            positions = torch.cat(
+                [
+                    torch.nonzero(prompt_mask[i]).reshape(-1),
+                    torch.arange(width, width + len(completion) - 1, device=prompt_mask.device),
+                ]
+            )
+            if positions.numel() == 0 or int(positions[-1]) >= layers[0][0].shape[2]:
+                continue
+            self.prefix_cache.put(
+                (prompt + completion)[: positions.numel()],
+                [(k[i][:, positions].clone(), v[i][:, positions].clone()) for k, v in layers],
+            )
+        self._weights_seen = self._weights_version()
 
     def _stop_cut(self, tokens: list[int], stop: tuple[str, ...]) -> int | None:
         """The number of leading tokens whose text first holds a stop string (``None``: none)."""

@@ -7,6 +7,11 @@ handed to it, ``enforce_eager=True``, ``dtype=float32``, ``enable_chunked_prefil
 see :data:`CPU_ENGINE_DEFAULTS`); set the variables or pass the arguments yourself to
 override them.
 
+Prefix caching is asked for explicitly (``enable_prefix_caching=True``, vLLM's default where the
+model supports it): a multi-turn episode's prompt extends its previous prompt and reply, so a
+turn prefills only its new tokens. Each :class:`Generation` says how many prompt tokens came
+from the cache in ``extra["cached_prompt_tokens"]``.
+
 Weight sync: :meth:`VLLMBackend.update_weights` pushes a torch ``state_dict`` (Hugging Face
 parameter names) into the running engine through ``collective_rpc("reload_weights")`` and
 drops the prefix cache, so the next generation samples from the new policy.
@@ -101,6 +106,7 @@ class VLLMBackend(LLMBackend):
                 os.environ.setdefault(key, value)
             for key, value in CPU_ENGINE_DEFAULTS.items():
                 engine_kwargs.setdefault(key, value)
+        engine_kwargs.setdefault("enable_prefix_caching", True)
         _give_llvmlite_a_namespace()
         vllm = require("vllm", "the vLLM backend", "vllm")
         self._vllm = vllm
@@ -132,6 +138,11 @@ class VLLMBackend(LLMBackend):
         #: True where vLLM would crash on a seeded request split across steps (see
         #: :data:`CPU_ENGINE_DEFAULTS`): only if the caller turned chunked prefill on, on CPU.
         self.seeds_break_chunked_prefill = cpu and scheduler.enable_chunked_prefill
+        #: Whether the engine reuses the KV cache of shared prompt prefixes (vLLM may turn it
+        #: off for a model or platform that cannot).
+        self.prefix_caching = bool(
+            self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+        )
 
     def _request_params(self, params: SamplingParams, index: int) -> Any:
         return self._vllm.SamplingParams(
@@ -199,6 +210,7 @@ class VLLMBackend(LLMBackend):
                     completion_logprobs=logprobs,
                     finish_reason="length" if completion.finish_reason == "length" else "stop",
                     gen_time_s=elapsed,
+                    extra={"cached_prompt_tokens": int(output.num_cached_tokens or 0)},
                 )
             )
         return generations
