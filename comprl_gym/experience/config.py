@@ -90,7 +90,10 @@ class ExperienceConfig:
     #: Scalar type of the vectors in the HNSW graph: ``"f32"``, ``"f16"`` or ``"i8"``. A
     #: quantised graph is searched for ``rerank_oversample * k`` candidates that are re-ranked
     #: with exact float32 cosine over vectors kept in memory (loaded from SQLite on open).
-    hnsw_dtype: str = "i8"
+    #: f32 stays the default: at 20k x 384 on a loaded 2-core box i8 + re-rank had 1.42x lower
+    #: batch-32 p99 but 0.86x the throughput and a 2.9 s open, and faiss HNSW beat both
+    #: (benchmarks/results/experience_retrieval.json): no measured case for switching.
+    hnsw_dtype: str = "f32"
     #: Graph candidates per wanted result when the graph is quantised (1 = no oversampling).
     rerank_oversample: int = 2
     #: SQLite ``synchronous`` pragma: FULL survives power loss, NORMAL survives a killed
