@@ -45,7 +45,8 @@ class LoraSettings:
     target_modules: list[str] | str = "all-linear"
     #: Adapt only the last N decoder blocks (PEFT ``layers_to_transform``; 0: every block).
     #: Why: nothing below the lowest adapted block needs a gradient, so the backward pass stops
-    #: there and an update costs little more than a forward pass (SmolLM2 has 30 blocks).
+    #: there and an update costs little more than a forward pass (SmolLM2 has 30 blocks; one
+    #: update on 8 x 600 tokens, 2 cores: 19 s with 8 top blocks, 41 s full fine-tuning).
     top_layers: int = 0
 
 

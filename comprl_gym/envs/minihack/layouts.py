@@ -8,7 +8,7 @@ is registered under its own ``MiniHack-<name>-v0`` id with that des-file bound, 
 always three columns east of the start, the start row is drawn per episode, and the
 observation names the offset. Measured (300 episodes): a uniform random walk over the eight
 moves wins 16% within 8 steps, 21% within 12, 34% within 16; SmolLM2-135M at temperature 1
-won 0 of 24 episodes of 8 steps.
+won 0 of 40 episodes of 8 steps (it rarely walks east: 11 of 128 moves in one batch).
 
 Example:
     >>> import gymnasium as gym
