@@ -106,6 +106,8 @@ def _run_twice(tmp_path):
     assert len(before["without_experience"]["won"]) == 3
     assert set(summary["comparison"][ENV]) == {"without_experience"}
     assert summary["eval_temperature"] == 1.0
+    on_disk = json.loads((tmp_path / "run" / "evaluation_before.json").read_text())
+    assert on_disk == summary["evaluation_before"]
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
 
     # Resumed with more iterations: the untrained actor is not evaluated again (it no longer

@@ -580,6 +580,8 @@ class Trainer:
         start = time.perf_counter()
         if cfg.eval_before and cfg.eval_tasks > 0 and self.evaluation_before is None:
             self.evaluation_before = self.evaluate(before_training=True)
+            # On disk at once: the first checkpoint may be iterations away.
+            atomic_write_json(self.output_dir / "evaluation_before.json", self.evaluation_before)
         last: dict[str, Any] = {}
         while self.iteration < cfg.iterations:
             last = self.train_iteration()
