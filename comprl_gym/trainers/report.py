@@ -97,7 +97,6 @@ def plot_learning_curve(
     except ImportError:  # pragma: no cover - matplotlib is in the train extra
         logger.warning("matplotlib is not installed; no learning-curve plot")
         return None
-    steps = [m["step"] for m in metrics]
     fig, (ax_train, ax_eval) = plt.subplots(
         1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]}
     )
@@ -107,7 +106,7 @@ def plot_learning_curve(
         ("with_experience/success", "rollouts with experience"),
     ):
         points = [(m["step"], m[key]) for m in metrics if key in m]
-        if points and (key == "success" or len(points) == len(steps)):
+        if points:
             xs, ys = zip(*points)
             ax_train.plot(xs, ys, marker="o", label=label)
     ax_train.set_xlabel("iteration")
@@ -124,10 +123,10 @@ def plot_learning_curve(
                 bars.append(
                     (f"after, {mode.replace('_', ' ')}\n{env_id.split('/')[-1]}", row[mode])
                 )
-    for x, (_label, result) in enumerate(bars):
+    for x, (label, result) in enumerate(bars):
         ci = result.get("success_ci", {})
         low, high = ci.get("low", result["success"]), ci.get("high", result["success"])
-        ax_eval.bar(x, result["success"], color="C0" if x else "C7")
+        ax_eval.bar(x, result["success"], color="C7" if label.startswith("before") else "C0")
         ax_eval.errorbar(
             x,
             result["success"],
