@@ -14,7 +14,7 @@ import comprl_gym
 
 PACKAGE = Path(comprl_gym.__file__).parent
 #: Optional dependencies that cost seconds (or need hardware) to import.
-HEAVY = ("torch", "vllm", "swebench", "spacy", "nle", "fastapi", "openenv", "uvicorn")
+HEAVY = ("torch", "vllm", "swebench", "spacy", "nle", "fastapi", "openenv", "uvicorn", "ray")
 #: What a user of the envs, the rollout layer or evaluation imports.
 LIGHT = (
     "comprl_gym",
@@ -23,6 +23,8 @@ LIGHT = (
     "comprl_gym.evaluation.eval",
     "comprl_gym.evaluation.leaderboard",
     "comprl_gym.cli",
+    "comprl_gym.distributed",
+    "comprl_gym.trainers.config",
     "comprl_gym.serving",
     "comprl_gym.serving.cli",
 )

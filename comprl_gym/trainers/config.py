@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from comprl_gym.core import ConfigurationError
+from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.experience.config import ExperienceConfig
 
 Algorithm = Literal["grpo", "complementary", "static_experience", "experience_only"]
@@ -262,6 +263,8 @@ class TrainConfig:
     tensorboard: bool = True
     #: Show progress bars.
     progress: bool = True
+    #: Scale-out on Ray (``docs/distributed.md``); off: one process.
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -345,6 +348,7 @@ class TrainConfig:
             raise ConfigurationError("actor_epochs and max_context_tokens must be >= 1")
         if self.iterations < 1 or self.groups_per_iteration < 1 or self.task_pool < 1:
             raise ConfigurationError("iterations, groups_per_iteration and task_pool must be >= 1")
+        self.distributed.validate()
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
