@@ -7,7 +7,8 @@ shared-prefix reuse off and on (transformers: ``prefix_cache_tokens=0`` vs the d
 vLLM: ``enable_prefix_caching=False`` vs ``True``), all in one run. The table reports env
 steps/s and where the time of a turn goes: prompt tokens (and how many came from a cache),
 generation time, env step time; no experience is retrieved here (retrieval costs are in
-``bench_experience.py``). Run:
+``bench_experience.py``). ``--observation-modes text compact`` also compares MiniHack's full
+observation text with the compact one (told once, plain floor left out), same run. Run:
 ``python benchmarks/bench_llm.py [--episodes 1 8 32] [--max-steps 4] [--json F]``.
 """
 
@@ -46,7 +47,7 @@ def count_cached_tokens(backend: Any, tally: dict[str, float]) -> None:
         setattr(backend, name, counted)
 
 
-def run(backend_name: str, reuse: bool, episodes: int, args: argparse.Namespace) -> dict:
+def run(backend_name: str, reuse: bool, episodes: int, mode: str, args: argparse.Namespace) -> dict:
     import gymnasium as gym
 
     import comprl_gym  # noqa: F401
@@ -66,7 +67,9 @@ def run(backend_name: str, reuse: bool, episodes: int, args: argparse.Namespace)
         backend,
         LLMAgentConfig(max_tokens=args.max_tokens, temperature=0.7, seed=0, prompt=prompt),
     )
-    envs = [gym.make(args.env, max_steps=args.max_steps) for _ in range(episodes)]
+    envs = [
+        gym.make(args.env, max_steps=args.max_steps, observation_mode=mode) for _ in range(episodes)
+    ]
     collect_rollouts(envs[:1], agent, seeds=[999])  # warm-up (first calls allocate caches)
     tally = {"calls": 0, "prompt_tokens": 0, "cached_tokens": 0}
     count_cached_tokens(backend, tally)
@@ -84,6 +87,7 @@ def run(backend_name: str, reuse: bool, episodes: int, args: argparse.Namespace)
         "backend": backend_name,
         "reuse": reuse,
         "episodes": episodes,
+        "observation_mode": mode,
         "load_s": load_s,
         "wall_s": wall,
         "steps": steps,
@@ -109,6 +113,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--backends", nargs="+", default=["hf", "vllm"])
+    parser.add_argument("--observation-modes", nargs="+", default=["text"])
+    parser.add_argument(
+        "--reuse", nargs="+", choices=["off", "on"], default=["off", "on"], help="prefix reuse"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     import torch
@@ -117,40 +125,55 @@ def main() -> None:
     rows = []
     for name in args.backends:
         for episodes in args.episodes:
-            for reuse in (False, True):
-                rows.append(run(name, reuse, episodes, args))
-                print(f"  {json.dumps(rows[-1])}", flush=True)  # each row as soon as it is done
+            for mode in args.observation_modes:
+                for reuse in [r == "on" for r in args.reuse]:
+                    rows.append(run(name, reuse, episodes, mode, args))
+                    print(f"  {json.dumps(rows[-1])}", flush=True)  # each row as soon as done
     print(
         f"\n{args.model} on {args.env}, multi-turn: episodes x {args.max_steps} steps, "
         f"{args.threads} threads, max {args.max_tokens} new tokens per step\n"
     )
     print(
-        "| backend | prefix reuse | episodes | env steps | wall s | env steps/s | prompt tok/turn "
-        "| cached tok/turn | completion tok/turn | gen s/round | env ms/step | gen share | env share |"
+        "| backend | observation | prefix reuse | episodes | env steps | wall s | env steps/s "
+        "| prompt tok/turn | cached tok/turn | completion tok/turn | gen s/round | env ms/step "
+        "| gen share | env share |"
     )
-    print("| --- " * 13 + "|")
+    print("| --- " * 14 + "|")
     for r in rows:
         print(
-            f"| {r['backend']} | {'on' if r['reuse'] else 'off'} | {r['episodes']} | {r['steps']} "
+            f"| {r['backend']} | {r['observation_mode']} | {'on' if r['reuse'] else 'off'} "
+            f"| {r['episodes']} | {r['steps']} "
             f"| {r['wall_s']:.1f} | {r['steps_per_s']:.3f} | {r['prompt_tokens_per_turn']:.0f} "
             f"| {r['cached_prompt_tokens_per_turn']:.0f} | {r['completion_tokens_per_turn']:.1f} "
             f"| {r['generation_s_per_round']:.2f} | {r['env_ms_per_step']:.1f} "
             f"| {r['generation_share']:.0%} | {r['env_share']:.0%} |"
         )
+
+    def rate(name: str, episodes: int, mode: str, reuse: bool) -> float | None:
+        for r in rows:
+            if (r["backend"], r["episodes"], r["observation_mode"], r["reuse"]) == (
+                name,
+                episodes,
+                mode,
+                reuse,
+            ):
+                return r["steps_per_s"]
+        return None
+
     ratios = {}
     for name in args.backends:
         for episodes in args.episodes:
-            off, on = (
-                next(
-                    r
-                    for r in rows
-                    if (r["backend"], r["episodes"], r["reuse"]) == (name, episodes, reuse)
-                )
-                for reuse in (False, True)
-            )
-            ratios[f"{name} {episodes} episodes: reuse on / off"] = (
-                on["steps_per_s"] / off["steps_per_s"]
-            )
+            for mode in args.observation_modes:
+                off, on = rate(name, episodes, mode, False), rate(name, episodes, mode, True)
+                if off and on:
+                    ratios[f"{name} {episodes} episodes {mode}: reuse on / off"] = on / off
+            for reuse in (False, True):
+                text, compact = (rate(name, episodes, m, reuse) for m in ("text", "compact"))
+                if text and compact:
+                    label = "on" if reuse else "off"
+                    ratios[f"{name} {episodes} episodes reuse {label}: compact / text"] = (
+                        compact / text
+                    )
     print()
     for key, value in ratios.items():
         print(f"{key}: env steps/s x{value:.2f}")

@@ -95,6 +95,49 @@ def test_observation_modes_and_render(room5):
         comprl_gym.envs.minihack.MiniHackTextEnv(task="MiniHack-NoSuchTask-v0")
 
 
+def _next_to_you(observation: str) -> dict[str, str]:
+    line = next(x for x in observation.splitlines() if x.startswith("Next to you: "))
+    pairs = [part.split(": ", 1) for part in line[len("Next to you: ") :].split("; ")]
+    return {where: what for where, what, *_ in (p + [""] for p in pairs) if what}
+
+
+@pytest.mark.parametrize(
+    "env_id", ["comprl/MiniHack-Room-Random-5x5-v0", "comprl/MiniHack-Room-Dark-5x5-v0"]
+)
+def test_compact_mode_tells_the_same_things_once(env_id):
+    # The full text mode is the truth: same seeds and moves, the compact observation keeps
+    # every "You see" line and every neighbour that is not room floor, and states the task,
+    # the status and the allowed actions with the first observation only.
+    full = gym.make(env_id)
+    compact = gym.make(env_id, observation_mode="compact")
+    moves = ["east", "north", "west", "south-east", "north-east", "south", "east", "east"]
+    for seed in (0, 1, 2):
+        long_obs, _ = full.reset(seed=seed)
+        short_obs, _ = compact.reset(seed=seed)
+        assert short_obs.splitlines()[0] == long_obs.splitlines()[0]
+        assert short_obs.startswith("Task: ")
+        assert "Allowed actions: north, east" in short_obs and "Status: HP" in short_obs
+        assert "welcome to NetHack" in long_obs and "welcome to NetHack" not in short_obs
+        for step, move in enumerate([None, *moves]):
+            if move is not None:
+                long_obs, _, done, _, _ = full.step(move)
+                short_obs, _, short_done, _, _ = compact.step(move)
+                assert done == short_done
+                if done:
+                    break
+                assert not short_obs.startswith("Task:") and "Status:" not in short_obs
+                assert "Allowed actions" not in short_obs
+            seen = [x for x in long_obs.splitlines() if x.startswith("- ")]
+            assert seen == [x for x in short_obs.splitlines() if x.startswith("- ")], step
+            unusual = {k: v for k, v in _next_to_you(long_obs).items() if v != "floor of a room"}
+            assert _next_to_you(short_obs) == unusual, (seed, step)
+            tail = short_obs.split("Next to you: ")[1].splitlines()[0]
+            assert tail.endswith("floor all around" if not unusual else "elsewhere floor")
+            assert len(short_obs) < len(long_obs)
+    full.close()
+    compact.close()
+
+
 def test_action_variants_are_accepted(room5):
     for variant in ("South_East", "  south east ", "SOUTHEAST", "move south-east", "se"):
         room5.reset(seed=0)

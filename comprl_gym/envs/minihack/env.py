@@ -51,7 +51,7 @@ OBSERVATION_KEYS: tuple[str, ...] = (
     "inv_strs",
     "inv_letters",
 )
-OBSERVATION_MODES = ("text", "text+map", "map")
+OBSERVATION_MODES = ("text", "text+map", "map", "compact")
 
 _NAVIGATION_GOAL = "reach the staircase down (>)."
 #: What each task family asks, by id prefix; the first match wins.
@@ -93,7 +93,8 @@ class MiniHackTextEnv(TextEnv):
 
     Args:
         task: a minihack gymnasium id, e.g. ``"MiniHack-Room-5x5-v0"``, ``"MiniHack-River-v0"``.
-        observation_mode: ``"text"`` (words), ``"text+map"`` (words and ASCII map) or ``"map"``.
+        observation_mode: ``"text"`` (words), ``"text+map"`` (words and ASCII map), ``"map"``
+            or ``"compact"`` (the words of ``"text"``, told once: see ``ObservationRenderer``).
         max_steps: step limit of an episode; ``None`` takes the task's own limit.
         render_mode: ``None`` or ``"ansi"`` (``render()`` returns map and status).
         **minihack_kwargs: passed to the minihack constructor (e.g. ``reward_lose=-1``).
@@ -193,7 +194,7 @@ class MiniHackTextEnv(TextEnv):
         self._store(obs)
         self.task = task_description(self.task_name)
         self.task_id = f"{self.task_name}/seed-{seed}"
-        return self._render(), {"end_status": "RUNNING"}
+        return self._render(first=True), {"end_status": "RUNNING"}
 
     def _step_task(self, action: str) -> Transition:
         self._require_open()
@@ -293,8 +294,8 @@ class MiniHackTextEnv(TextEnv):
         # nle reuses these buffers on the next step: keep copies.
         self.nle_observation = {key: value.copy() for key, value in obs.items()}
 
-    def _render(self, notes: str = "") -> str:
-        return self.renderer.render(self.nle_observation, self._admissible, notes)
+    def _render(self, notes: str = "", first: bool = False) -> str:
+        return self.renderer.render(self.nle_observation, self._admissible, notes, first=first)
 
     def _render_final(self, obs: dict[str, np.ndarray], won: bool, status_name: str) -> str:
         outcome = (

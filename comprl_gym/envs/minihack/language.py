@@ -30,6 +30,9 @@ CMAP_WALLS = range(1, 12)
 CMAP_DOORWAY, CMAP_OPEN_DOORS, CMAP_CLOSED_DOORS = 12, (13, 14), (15, 16)
 CMAP_FLOORS = (19, 20, 21, 22)  # room, dark part of a room, corridor, lit corridor
 CMAP_STAIRS_DOWN = 24
+#: NetHack's words for a lit room's floor cell, and the start of its greeting message.
+_ROOM_FLOOR = "floor of a room"
+_WELCOME = "Hello Agent, welcome to NetHack!"
 
 
 def _background_glyph_table() -> np.ndarray:
@@ -91,7 +94,12 @@ class ObservationRenderer:
 
     Attributes:
         task_description: one sentence saying what the task asks.
-        mode: ``text`` (words only), ``text+map`` (words and the ASCII map) or ``map``.
+        mode: ``text`` (words only), ``text+map`` (words and the ASCII map), ``map``, or
+            ``compact``: the words of ``text`` for a small model's short context, told once.
+            The task, the status line and the allowed actions come with the first
+            observation only, NetHack's welcome message is left out, and "Next to you" names
+            only the neighbours that are not plain room floor. A multi-turn conversation keeps
+            the first observation, so nothing is lost; a turn costs about a third of the tokens.
         show_inventory: list the inventory (tasks whose actions use items, e.g. KeyRoom).
         action_notes: what the less obvious actions do, shown after the allowed actions.
     """
@@ -102,28 +110,40 @@ class ObservationRenderer:
     action_notes: str = ""
 
     def render(
-        self, obs: dict[str, np.ndarray], allowed_actions: list[str], notes: str = ""
+        self,
+        obs: dict[str, np.ndarray],
+        allowed_actions: list[str],
+        notes: str = "",
+        first: bool = True,
     ) -> str:
-        """The full observation text for ``obs``."""
-        sections = [f"Task: {self.task_description}"]
+        """The observation text for ``obs``; ``first`` marks an episode's first observation."""
+        compact = self.mode == "compact"
+        told_once = first or not compact
+        sections = [f"Task: {self.task_description}"] if told_once else []
         message = decode_bytes(obs["message"]).strip()
+        if compact and message.startswith(_WELCOME):
+            message = ""
         if notes:
             sections.append(notes)
         if message:
             sections.append(f"Message: {message}")
-        if self.mode in ("text", "text+map"):
-            sections.append(self.describe_surroundings(obs))
+        if self.mode in ("text", "text+map", "compact"):
+            sections.append(self.describe_surroundings(obs, only_unusual_neighbours=compact))
         if self.mode in ("map", "text+map"):
             sections.append("Map (@ is you, > the staircase down):\n" + self.ascii_map(obs))
-        sections.append(self.status_line(obs))
+        if told_once:
+            sections.append(self.status_line(obs))
         if self.show_inventory:
             sections.append(self.inventory(obs))
-        sections.append("Allowed actions: " + ", ".join(allowed_actions))
-        if self.action_notes:
-            sections.append(self.action_notes)
+        if told_once:
+            sections.append("Allowed actions: " + ", ".join(allowed_actions))
+            if self.action_notes:
+                sections.append(self.action_notes)
         return "\n".join(sections)
 
-    def describe_surroundings(self, obs: dict[str, np.ndarray]) -> str:
+    def describe_surroundings(
+        self, obs: dict[str, np.ndarray], only_unusual_neighbours: bool = False
+    ) -> str:
         """What is where relative to the agent, and what lies next to it."""
         glyphs = obs["glyphs"]
         descriptions = obs["screen_descriptions"]
@@ -149,12 +169,15 @@ class ObservationRenderer:
             lines.append(f"- {label}: {where}")
         if len(entries) > _MAX_LISTED:
             lines.append(f"- ... and {len(entries) - _MAX_LISTED} more things further away")
-        lines.append("Next to you: " + self.neighbours(obs, x, y))
+        lines.append("Next to you: " + self.neighbours(obs, x, y, only_unusual_neighbours))
         return "\n".join(lines)
 
     @staticmethod
-    def neighbours(obs: dict[str, np.ndarray], x: int, y: int) -> str:
-        """The eight cells around the agent, e.g. ``north: wall; east: floor of a room; ...``."""
+    def neighbours(obs: dict[str, np.ndarray], x: int, y: int, only_unusual: bool = False) -> str:
+        """The eight cells around the agent, e.g. ``north: wall; east: floor of a room; ...``.
+
+        ``only_unusual`` leaves out plain room floor: ``north: wall; elsewhere floor``.
+        """
         descriptions = obs["screen_descriptions"]
         height, width = obs["glyphs"].shape
         parts = []
@@ -164,7 +187,10 @@ class ObservationRenderer:
                 words = cell_description(descriptions, cx, cy) or "dark or solid rock"
             else:
                 words = "edge of the map"
-            parts.append(f"{DELTA_DIRECTIONS[(dx, dy)]}: {words}")
+            if not (only_unusual and words == _ROOM_FLOOR):
+                parts.append(f"{DELTA_DIRECTIONS[(dx, dy)]}: {words}")
+        if only_unusual:
+            parts.append("elsewhere floor" if parts else "floor all around")
         return "; ".join(parts)
 
     @staticmethod
