@@ -34,7 +34,13 @@ from comprl_gym.distributed.experience_service import (
     start_experience_service,
     stop_experience_service,
 )
-from comprl_gym.experience import ExperienceManager, Provenance, default_embedder
+from comprl_gym.experience import (
+    Experience,
+    ExperienceManager,
+    Provenance,
+    Retrieved,
+    default_embedder,
+)
 from comprl_gym.experience.access import ExperienceAccess
 from comprl_gym.wrappers import ExperienceAugmentedEnv
 
@@ -63,14 +69,15 @@ def unit(n: int, seed: int) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def comparable(experiences) -> list[dict]:
-    out = []
-    for e in experiences:
-        row = dict(vars(e))
-        for name in CLOCK_FIELDS:
-            row.pop(name)
-        out.append(row)
-    return out
+def comparable(value):
+    """``value`` with the wall-clock fields of experiences dropped and scores to 1e-5."""
+    if isinstance(value, Experience):
+        return {k: v for k, v in vars(value).items() if k not in CLOCK_FIELDS}
+    if isinstance(value, Retrieved):
+        return (round(value.score, 5), comparable(value.experience))
+    if isinstance(value, list | tuple):
+        return [comparable(v) for v in value]
+    return value
 
 
 @pytest.fixture(scope="module")
@@ -239,8 +246,8 @@ def _same_operations(store, refiner, extractor) -> dict:
     out["merge"] = store.merge(extractor, actor_step=5, policy_version="v1")
     out["dedupe"] = store.dedupe()
     out["len"] = len(store)
-    out["all"] = comparable(store.experiences(include_inactive=True))
-    return out
+    out["all"] = store.experiences(include_inactive=True)
+    return {key: comparable(value) for key, value in out.items()}
 
 
 @pytest.mark.slow
@@ -301,7 +308,7 @@ def test_killed_service_restarts_with_every_acknowledged_write_once(
         tmp_path / "bank", distributed=DistributedConfig(enabled=True, max_restarts=2)
     )
     try:
-        [base] = client.add([lesson("base")])
+        [base] = client.add([lesson("base")], vectors=unit(1, seed=0))
         adds, reports, before, after = _fire_and_kill(client, base, n)
         assert after != before, "the service did not restart"
         added = ray.get(adds, timeout=300)  # every call answered (retried after the restart)
@@ -340,7 +347,7 @@ def test_service_dying_after_commit_is_retried_without_a_duplicate(tmp_path, emb
     client = ExperienceClient(RayTransport(actor))
     try:
         first_pid = client.service_pid()
-        ids = client.add([lesson("once")])
+        ids = client.add([lesson("once")], vectors=unit(1, seed=0))
         assert marker.exists() and client.service_pid() != first_pid
         assert [e.title for e in client.experiences(include_inactive=True)] == ["lesson once"]
         assert [e.id for e in client.experiences()] == ids
