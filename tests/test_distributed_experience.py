@@ -36,6 +36,7 @@ from comprl_gym.distributed.experience_service import (
 )
 from comprl_gym.experience import (
     Experience,
+    ExperienceConfig,
     ExperienceManager,
     Provenance,
     Retrieved,
@@ -56,8 +57,11 @@ LESSONS = {
         "## Title: Search receptacles\n## Description: finding objects\n## Content: Open drawers and cabinets one by one until the object appears.",
     ],
 }
-#: Fields that depend on the wall clock, not on the operations.
-CLOCK_FIELDS = ("created_at", "updated_at", "last_retrieved_at")
+#: Fields that depend on the wall clock, not on the operations (retrieval counts are buffered
+#: and flushed on a timer).
+CLOCK_FIELDS = ("created_at", "updated_at", "last_retrieved_at", "retrieval_count")
+#: Diversification reads recency and retrieval counts (timing): off to compare answers.
+PLAIN_TOP_K = ExperienceConfig(diversify=False)
 
 
 def lesson(i: int | str) -> str:
@@ -264,11 +268,11 @@ def test_ray_service_answers_like_the_in_process_manager(tmp_path, embedder, ray
             f"## Title: merged {len(texts)}\n## Description: merged\n## Content: {len(texts)} lessons"
         ]
 
-    local = ExperienceManager(tmp_path / "local", embedder=embedder)
+    local = ExperienceManager(tmp_path / "local", config=PLAIN_TOP_K, embedder=embedder)
     expected = _same_operations(local, refiner, extractor)
     local.close()
     local_calls, calls[:] = list(calls), []
-    client = start_experience_service(tmp_path / "remote")
+    client = start_experience_service(tmp_path / "remote", config=PLAIN_TOP_K)
     try:
         assert client.service_pid() != os.getpid()
         got = _same_operations(client, refiner, extractor)
