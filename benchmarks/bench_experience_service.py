@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -98,9 +99,10 @@ def main() -> None:
         results["socket"] = bench_path(server.client(), ids, args.reps, "socket")
     manager.close()
 
+    ray_dir = tempfile.mkdtemp(prefix="rx-", dir="/tmp")  # short: Ray's socket paths
     ray.init(
         address="local",
-        _temp_dir=tempfile.mkdtemp(prefix="rx-", dir="/tmp"),
+        _temp_dir=ray_dir,
         num_cpus=2,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
@@ -112,6 +114,8 @@ def main() -> None:
         stop_experience_service(client)
     finally:
         ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
     local = results["in_process"]
     for path in ("socket", "ray"):
