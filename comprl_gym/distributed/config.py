@@ -48,6 +48,13 @@ class DistributedConfig:
     experience_service: bool = True
     #: Name (and namespace key) of the experience service actor.
     experience_service_name: str = "comprl-experience"
+    #: Threads serving the experience actor's calls (the manager is thread-safe and batches
+    #: concurrent queries).
+    experience_max_concurrency: int = 16
+    #: True when the store folder is on storage every node sees: the actor may then restart
+    #: on any node. False pins it to the node that started it (a restart elsewhere would open
+    #: an empty store).
+    experience_store_shared: bool = False
     #: Times Ray restarts a dead actor before its work fails (env workers, engines, service).
     max_restarts: int = 3
     #: Times a lost episode (its env worker died) is re-run before the iteration fails.
@@ -60,7 +67,12 @@ class DistributedConfig:
 
     def validate(self) -> None:
         """Raise ConfigurationError on values that cannot work."""
-        for name in ("env_workers", "envs_per_worker", "trainer_ranks"):
+        for name in (
+            "env_workers",
+            "envs_per_worker",
+            "trainer_ranks",
+            "experience_max_concurrency",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigurationError(
                     f"distributed.{name} must be >= 1, got {getattr(self, name)}"

@@ -43,7 +43,8 @@ from comprl_gym.experience.records import ACTIVE, NO_PROVENANCE, STATUSES, Exper
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+#: 2 added the ``requests`` table (idempotent writes); a version-1 store gains it on open.
+SCHEMA_VERSION = 2
 DB_NAME = "experiences.sqlite3"
 
 _COLUMNS = (
@@ -80,7 +81,15 @@ CREATE TABLE IF NOT EXISTS experiences (
 );
 CREATE INDEX IF NOT EXISTS experiences_status_family ON experiences(status, env_family);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS requests (
+    id TEXT PRIMARY KEY,
+    result TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
 """
+#: How long a write's request id is remembered: a retry (Ray re-sending a task whose actor
+#: died after committing) comes within seconds; a day is ample and keeps the table small.
+REQUEST_ID_TTL_S = 86400.0
 #: The tallies a merged or de-duplicated experience passes on to the one that replaces it.
 INHERITED_TALLIES = ("uses", "wins", "retrieval_count")
 
@@ -179,6 +188,7 @@ class ExperienceDatabase:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
             conn.executescript(_SCHEMA)
+            self._migrate(conn)
             if self._quick_check:
                 result = conn.execute("PRAGMA quick_check").fetchall()
                 if result != [("ok",)]:
@@ -196,6 +206,20 @@ class ExperienceDatabase:
                 ) from exc
             self._salvage(exc)
             return self._open(repair=False)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Bring an older store up to SCHEMA_VERSION (``_SCHEMA`` already created any missing
+        table); forget request ids older than REQUEST_ID_TTL_S."""
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is not None and int(row[0]) < SCHEMA_VERSION:
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+            )
+            logger.info("experience database migrated from schema %s to %s", row[0], SCHEMA_VERSION)
+        conn.execute("DELETE FROM requests WHERE created_at < ?", (time.time() - REQUEST_ID_TTL_S,))
+        conn.execute("COMMIT")
 
     def _salvage(self, cause: Exception) -> None:
         """Copy every readable row of a damaged database into a fresh one."""
@@ -305,6 +329,22 @@ class ExperienceDatabase:
     def set_meta(self, values: dict[str, str], cursor: sqlite3.Cursor | None = None) -> None:
         target = cursor or self.writer
         target.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
+
+    # ------------------------------------------------------------------ idempotent writes
+    @staticmethod
+    def request_result(cursor: sqlite3.Cursor, request_id: str) -> tuple[bool, Any]:
+        """``(True, result)`` of an earlier committed write with this request id (its result
+        as JSON gave it), ``(False, None)`` when none committed."""
+        row = cursor.execute("SELECT result FROM requests WHERE id = ?", (request_id,)).fetchone()
+        return (False, None) if row is None else (True, json.loads(row[0]))
+
+    @staticmethod
+    def record_request(cursor: sqlite3.Cursor, request_id: str, result: Any) -> None:
+        """Remember a write's request id and result in the write's own transaction."""
+        cursor.execute(
+            "INSERT INTO requests (id, result, created_at) VALUES (?, ?, ?)",
+            (request_id, json.dumps(result), time.time()),
+        )
 
     # ------------------------------------------------------------------ writes (in a transaction)
     def insert_rows(

@@ -27,8 +27,9 @@ Example (the weight policy, worked by hand):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,24 @@ logger = logging.getLogger(__name__)
 #: ``extractor(texts) -> str | list[str]``: one merge call on a chunk of knowledge texts; the
 #: reply in the merge format (``<<<KNOWLEDGE_ITEM>>>`` blocks or ``return``), or the items.
 MergeExtractor = Callable[[list[str]], "str | list[str]"]
+#: A merge pass as a generator: yields each chunk's texts, is sent the reply, returns the report.
+MergeSteps = Generator[list[str], Any, MergeReport]
+
+
+def run_merge(steps: Any, extractor: MergeExtractor) -> Any:
+    """Drive a merge pass (:meth:`Maintenance.merge_steps` or anything with ``__next__`` and
+    ``send``) with ``extractor``: each chunk goes to it, its reply (or the exception it raised)
+    goes back; returns what the pass returns (the report, or ``None`` when no merge was due)."""
+    try:
+        texts = next(steps)
+        while True:
+            try:
+                reply: Any = extractor(texts)
+            except Exception as exc:  # the pass records the failure and keeps the chunk
+                reply = exc
+            texts = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value
 
 
 @dataclass
@@ -136,7 +155,16 @@ class Maintenance:
     def merge(
         self, extractor: MergeExtractor, actor_step: int = 0, policy_version: str = ""
     ) -> MergeReport:
+        """Merge every family with two or more entries; see :meth:`merge_steps`."""
+        return run_merge(self.merge_steps(actor_step, policy_version), extractor)
+
+    def merge_steps(self, actor_step: int = 0, policy_version: str = "") -> MergeSteps:
         """Merge every family with two or more entries, as the reference does.
+
+        A generator: it yields each chunk of knowledge texts for one merge call and is sent
+        the reply (``str`` or items; an ``Exception`` for a failed call), so the extractor can
+        live elsewhere than the store (the experience service answers calls from the caller's
+        side); :func:`run_merge` drives it with a local extractor. It returns the report.
 
         Reference ``async_memory_manager.py::merge_memory`` / ``_merge_single_task``
         (l.2353-2642): the entries of a scope in store order are cut into chunks of
@@ -159,18 +187,17 @@ class Maintenance:
             scopes.setdefault(key, []).append(eid)
         for key, ids in scopes.items():
             if len(ids) >= 2:
-                self._merge_scope(key, ids, extractor, report, actor_step, policy_version)
+                yield from self._merge_scope(key, ids, report, actor_step, policy_version)
         return report
 
     def _merge_scope(
         self,
         key: str,
         ids: list[int],
-        extractor: MergeExtractor,
         report: MergeReport,
         actor_step: int,
         policy_version: str,
-    ) -> None:
+    ) -> Generator[list[str], Any, None]:
         cfg = self.config
         with self._lock.read():
             entries = {e.id: e for e in self.store.get(ids)}
@@ -183,7 +210,9 @@ class Maintenance:
             scope.calls.append(report.calls)
             report.calls += 1
             try:
-                reply = extractor([item.text for item in chunk])
+                reply = yield [item.text for item in chunk]
+                if isinstance(reply, Exception):
+                    raise reply
                 texts = (
                     parse_merge_items(reply, cfg.max_text_chars)
                     if isinstance(reply, str)
@@ -268,6 +297,12 @@ class Maintenance:
         self, actor_step: int, extractor: MergeExtractor, policy_version: str = ""
     ) -> MergeReport | None:
         """Run :meth:`merge` when ``merge_interval_steps`` actor steps passed since the last one."""
+        return run_merge(self.maybe_merge_steps(actor_step, policy_version), extractor)
+
+    def maybe_merge_steps(
+        self, actor_step: int, policy_version: str = ""
+    ) -> Generator[list[str], Any, MergeReport | None]:
+        """:meth:`merge_steps` when a merge is due; returns ``None`` at once when it is not."""
         interval = self.config.merge_interval_steps
         if interval <= 0:
             return None
@@ -277,4 +312,4 @@ class Maintenance:
             return None
         with self._lock.write(), self.store.transaction() as cursor:
             self.store.set_meta({"last_merge_step": str(int(actor_step))}, cursor)
-        return self.merge(extractor, actor_step=actor_step, policy_version=policy_version)
+        return (yield from self.merge_steps(actor_step, policy_version))

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import os
@@ -176,8 +177,13 @@ class ExperienceManager:
         provenance: Provenance = NO_PROVENANCE,
         env_family: str | None = None,
         vectors: np.ndarray | None = None,
+        request_id: str | None = None,
     ) -> list[int]:
-        """Add experiences (one atomic write); returns their ids. ``vectors`` skips embedding."""
+        """Add experiences (one atomic write); returns their ids. ``vectors`` skips embedding.
+
+        ``request_id`` makes the write idempotent: a second call with the same id (a retry of
+        a call whose answer was lost) changes nothing and returns the first call's ids.
+        """
         texts = self.store.to_texts(items)
         if not texts:
             return []
@@ -186,8 +192,30 @@ class ExperienceManager:
             if vectors is None
             else np.asarray(vectors, dtype=np.float32)
         )
+        return self._write(
+            request_id,
+            lambda cursor: self.store.insert(cursor, texts, vectors, provenance, env_family),
+        )
+
+    def _write(
+        self,
+        request_id: str | None,
+        write: Callable[[Any], Any],
+        encode: Callable[[Any], Any] = lambda result: result,
+        decode: Callable[[Any], Any] = lambda recorded: recorded,
+    ) -> Any:
+        """Run ``write(cursor)`` in one transaction under the write lock; with a ``request_id``
+        the id and the (``encode``d, JSON-able) result are recorded in that same transaction, and
+        a repeated id returns the recorded result (``decode``d) without writing again."""
         with self._lock.write(), self.store.transaction() as cursor:
-            return self.store.insert(cursor, texts, vectors, provenance, env_family)
+            if request_id is not None:
+                done, recorded = self.store.request_result(cursor, request_id)
+                if done:
+                    return decode(recorded)
+            result = write(cursor)
+            if request_id is not None:
+                self.store.record_request(cursor, request_id, encode(result))
+            return result
 
     def apply_operations(
         self,
@@ -195,12 +223,14 @@ class ExperienceManager:
         shown_ids: Sequence[int],
         provenance: Provenance = NO_PROVENANCE,
         env_family: str | None = None,
+        request_id: str | None = None,
     ) -> ApplyResult:
         """Apply extractor operations atomically; ``idx`` in them index ``shown_ids`` (1-based).
 
         ``update`` writes a NEW experience whose ``merged_from`` lists the replaced ids and
         tombstones those (reference ``_execute_functional_operations``: delete the targets, add
-        one entry). On any error nothing is changed and ``ok`` is False.
+        one entry). On any error nothing is changed and ``ok`` is False. ``request_id``: as in
+        :meth:`add`.
         """
         shown = [int(i) for i in shown_ids]
         family = env_family if env_family is not None else provenance.env_family
@@ -217,8 +247,9 @@ class ExperienceManager:
             writes = [op for op in operations if op.kind in ("add", "update")]
             texts = self.store.to_texts([op.text for op in writes]) if writes else []  # type: ignore[misc]
             vectors = self.store.embed_texts(texts) if texts else None
-            result = ApplyResult()
-            with self._lock.write(), self.store.transaction() as cursor:
+
+            def write(cursor: Any) -> ApplyResult:
+                result = ApplyResult()
                 w = 0
                 for op in operations:
                     targets = [shown[i - 1] for i in op.idx]
@@ -247,7 +278,9 @@ class ExperienceManager:
                     else:
                         self.store.add_votes(cursor, targets, up=op.kind == "upvote")
                         result.voted.extend(targets)
-            return result
+                return result
+
+            return self._write(request_id, write, dataclasses.asdict, _apply_result_from_dict)
         except Exception as exc:
             logger.warning("extractor operations rejected, nothing changed: %s", exc)
             return ApplyResult(ok=False, error=str(exc))
@@ -258,6 +291,7 @@ class ExperienceManager:
         shown_ids: Sequence[int],
         provenance: Provenance = NO_PROVENANCE,
         env_family: str | None = None,
+        request_id: str | None = None,
     ) -> ApplyResult:
         """Parse an extractor reply and apply it; malformed output changes nothing (logged)."""
         try:
@@ -268,17 +302,23 @@ class ExperienceManager:
             )
             logger.warning("malformed extractor output ignored (%s): %r", exc, preview)
             return ApplyResult(ok=False, error=str(exc))
-        return self.apply_operations(operations, shown_ids, provenance, env_family)
+        return self.apply_operations(operations, shown_ids, provenance, env_family, request_id)
 
-    def report_outcome(self, experience_ids: Sequence[int], won: bool) -> None:
-        """One episode used ``experience_ids`` and was won or lost: ``uses += 1``, ``wins += won``."""
-        with self._lock.write():
-            self.store.report_outcome(experience_ids, won)
+    def report_outcome(
+        self, experience_ids: Sequence[int], won: bool, request_id: str | None = None
+    ) -> None:
+        """One episode used ``experience_ids`` and was won or lost: ``uses += 1``, ``wins += won``
+        (each id once). ``request_id``: as in :meth:`add`."""
+        if experience_ids:
+            self._write(request_id, lambda c: self.store.add_outcomes(c, experience_ids, won))
 
-    def mark_trained(self, ids: Sequence[int], actor_step: int) -> None:
-        """Record that the extractor was trained on samples that wrote ``ids`` at ``actor_step``."""
-        with self._lock.write():
-            self.store.mark_trained(ids, actor_step)
+    def mark_trained(
+        self, ids: Sequence[int], actor_step: int, request_id: str | None = None
+    ) -> None:
+        """Record that the extractor was trained on samples that wrote ``ids`` at ``actor_step``.
+        ``request_id``: as in :meth:`add`."""
+        if ids:
+            self._write(request_id, lambda c: self.store.add_training_marks(c, ids, actor_step))
 
     # ------------------------------------------------------------------ maintenance
     def training_weights(self, ids: Sequence[int], actor_step: int) -> list[float]:
@@ -322,7 +362,7 @@ class ExperienceManager:
         advice. Returns the answer text and the ids retrieved. A failing refiner falls back to
         the retrieved lessons (logged)."""
         hits = self.retrieve(question, k, env_family)
-        return self._answer(question, hits, refiner, context), [h.id for h in hits]
+        return self.compose_answer(question, hits, refiner, context), [h.id for h in hits]
 
     async def asearch_and_ask(
         self,
@@ -343,13 +383,17 @@ class ExperienceManager:
                 answer = prompts.format_search_results([h.experience for h in hits])
             return answer, [h.id for h in hits]
         loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(None, self._answer, question, hits, refiner, context)
+        answer = await loop.run_in_executor(
+            None, self.compose_answer, question, hits, refiner, context
+        )
         return answer, [h.id for h in hits]
 
     @staticmethod
-    def _answer(
+    def compose_answer(
         question: str, hits: list[Retrieved], refiner: Any, context: dict[str, Any] | None
     ) -> str:
+        """The ``search_and_ask`` answer to ``question`` from its hits: the ``refiner``'s text
+        (e.g. the extractor) or, without one or when it fails, the retrieved lessons."""
         experiences = [h.experience for h in hits]
         if not experiences:
             return prompts.format_search_results([])
@@ -375,8 +419,10 @@ class ExperienceManager:
     async def aadd(self, *args: Any, **kwargs: Any) -> list[int]:
         return await self._in_thread(self.add, *args, **kwargs)
 
-    async def areport_outcome(self, experience_ids: Sequence[int], won: bool) -> None:
-        await self._in_thread(self.report_outcome, experience_ids, won)
+    async def areport_outcome(
+        self, experience_ids: Sequence[int], won: bool, request_id: str | None = None
+    ) -> None:
+        await self._in_thread(self.report_outcome, experience_ids, won, request_id)
 
     # ------------------------------------------------------------------ persistence
     def save(self) -> None:
@@ -421,3 +467,14 @@ class ExperienceManager:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _apply_result_from_dict(recorded: dict[str, Any]) -> ApplyResult:
+    """The ApplyResult a recorded (JSON) one stood for (JSON made the ``updated`` keys text)."""
+    return ApplyResult(
+        ok=recorded["ok"],
+        added=list(recorded["added"]),
+        updated={int(k): list(v) for k, v in recorded["updated"].items()},
+        voted=list(recorded["voted"]),
+        error=recorded["error"],
+    )

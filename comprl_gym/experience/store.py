@@ -268,6 +268,20 @@ class ExperienceStore:
     def add_votes(self, cursor: sqlite3.Cursor, ids: Sequence[int], up: bool) -> None:
         self.database.add_votes(cursor, ids, up)
 
+    def request_result(self, cursor: sqlite3.Cursor, request_id: str) -> tuple[bool, Any]:
+        """``(True, result)`` when a write with ``request_id`` already committed."""
+        return self.database.request_result(cursor, request_id)
+
+    def record_request(self, cursor: sqlite3.Cursor, request_id: str, result: Any) -> None:
+        """Remember ``request_id`` (and the JSON-able result) in the open transaction."""
+        self.database.record_request(cursor, request_id, result)
+
+    def add_outcomes(self, cursor: sqlite3.Cursor, ids: Sequence[int], won: bool) -> None:
+        self.database.add_outcomes(cursor, ids, won)
+
+    def add_training_marks(self, cursor: sqlite3.Cursor, ids: Sequence[int], step: int) -> None:
+        self.database.mark_trained(cursor, ids, step)
+
     def add_texts(
         self,
         items: Sequence[str | dict[str, Any] | ExperienceText],

@@ -35,7 +35,7 @@ import gymnasium as gym
 
 from comprl_gym.experience import prompts
 from comprl_gym.experience import search_and_ask as protocol
-from comprl_gym.experience.manager import ExperienceManager
+from comprl_gym.experience.access import ExperienceAccess
 from comprl_gym.wrappers.injection import ExperienceInjection
 from comprl_gym.wrappers.outcomes import OutcomeReporting
 from comprl_gym.wrappers.search import SearchAndAskAction
@@ -46,7 +46,10 @@ class ExperienceAugmentedEnv(gym.Wrapper):
 
     Args:
         env: any comprl env (the :class:`~comprl_gym.core.TextEnv` contract).
-        manager: the :class:`ExperienceManager` to read from and report outcomes to.
+        manager: the store to read from and report outcomes to: an in-process
+            :class:`~comprl_gym.experience.ExperienceManager`, or a client of the shared
+            experience service (:mod:`comprl_gym.distributed.experience_service`) when several
+            processes share one store.
         inject_top_k: experiences injected into the first observation (0 = none).
         search_budget: ``search_and_ask`` calls allowed per episode (0 disables the action).
         search_top_k: experiences retrieved per question.
@@ -67,7 +70,7 @@ class ExperienceAugmentedEnv(gym.Wrapper):
     def __init__(
         self,
         env: gym.Env,
-        manager: ExperienceManager,
+        manager: ExperienceAccess,
         inject_top_k: int = 3,
         search_budget: int = 2,
         search_top_k: int = 3,

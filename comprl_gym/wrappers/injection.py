@@ -31,7 +31,7 @@ import gymnasium as gym
 
 from comprl_gym.core import ConfigurationError, printable_text
 from comprl_gym.experience import prompts
-from comprl_gym.experience.manager import ExperienceManager
+from comprl_gym.experience.access import ExperienceAccess
 
 
 def default_query(observation: str, info: dict[str, Any]) -> str:
@@ -55,7 +55,7 @@ class ExperienceInjection(gym.Wrapper):
     def __init__(
         self,
         env: gym.Env,
-        manager: ExperienceManager,
+        manager: ExperienceAccess,
         top_k: int = 3,
         same_family_only: bool = True,
         query_fn: Callable[[str, dict[str, Any]], str] | None = None,

@@ -25,7 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from comprl_gym.experience.manager import ExperienceManager
+from comprl_gym.experience.access import ExperienceAccess
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 class OutcomeReporting(gym.Wrapper):
     """Report won/lost for ``info["experience_ids"]`` once per episode, when it ends."""
 
-    def __init__(self, env: gym.Env, manager: ExperienceManager):
+    def __init__(self, env: gym.Env, manager: ExperienceAccess):
         super().__init__(env)
         self.manager = manager
         self._reported = True

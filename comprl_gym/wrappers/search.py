@@ -36,7 +36,7 @@ import gymnasium as gym
 from comprl_gym.core import ConfigurationError, invalid_action_message, printable_text
 from comprl_gym.experience import prompts
 from comprl_gym.experience import search_and_ask as protocol
-from comprl_gym.experience.manager import ExperienceManager
+from comprl_gym.experience.access import ExperienceAccess
 
 
 class SearchAndAskAction(gym.Wrapper):
@@ -57,7 +57,7 @@ class SearchAndAskAction(gym.Wrapper):
     def __init__(
         self,
         env: gym.Env,
-        manager: ExperienceManager,
+        manager: ExperienceAccess,
         budget: int = 2,
         top_k: int = 3,
         refiner: prompts.Refiner | None = None,
