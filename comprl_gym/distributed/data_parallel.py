@@ -6,7 +6,8 @@
 as the *driver*: its model serves rollouts and weight pushes, and its checkpoint format does
 not change. Each update is taken by R Ray actors (:class:`UpdateRank`) that form one
 ``torch.distributed`` process group (gloo on CPU, nccl on GPU; the master is rank 0's node IP
-and a free port there) and hold a full replica of the model each (``update_strategy: ddp``).
+and a free port there) and hold a full replica of the model each (``update_strategy: ddp``) or
+a shard of it (``fsdp``: FSDP2's ``fully_shard``, one shard group per transformer block).
 
 The step, for a batch B split over the ranks (useful samples only, sorted by length and dealt
 round-robin so the ranks get similar token counts):
@@ -18,11 +19,15 @@ round-robin so the ranks get similar token counts):
 * Rank r computes ``L_r = (1/D) * sum_{s in B_r} l_s`` with the *global* ``D`` (the driver
   counts it and passes it down; a rank never normalises by its own share), so
   ``sum_r L_r = L`` and, the gradient being linear, ``sum_r grad L_r = grad L``.
-* The gradients are then all-reduced with SUM (not the mean DDP's wrapper would take: the
-  mean would need every ``L_r`` scaled by R, which is the same thing with one more multiply).
-  Every rank now holds ``grad L`` exactly (up to float summation order, ~1e-7 relative).
+* The gradients are then summed over the ranks (not averaged as DDP's wrapper and FSDP do
+  by default: the mean would need every ``L_r`` scaled by R, the same thing with one more
+  multiply). ``ddp``: one all-reduce of the accumulated gradients before the step
+  (:func:`sum_gradients`); ``fsdp``: FSDP's reduce-scatter in every backward, set to a plain
+  SUM (divide factor 1). Every rank now holds ``grad L`` (or its shard of it) exactly, up to
+  float summation order (~1e-7 relative).
 * Clipping runs after the reduce, on the full gradient: its norm is the global norm, the
-  same on every rank, the same as the one-process norm.
+  same on every rank, the same as the one-process norm (FSDP: ``clip_grad_norm_`` over the
+  DTensor shards computes the global norm too).
 * Every rank takes the same AdamW step from the same state: the replicas stay identical.
 
 Why not ``torch.nn.parallel.DistributedDataParallel`` itself: its reducer all-reduces inside
@@ -32,14 +37,17 @@ shares differ in size; a rank may have no useful sample). One explicit all-reduc
 accumulated gradients before the step is DDP's algorithm with gradient accumulation
 (``no_sync`` + one synced step) without that constraint. PolicyOptimizer stays the one owner
 of the loss and the optimiser step; ranks call it with the global normalisers and the reduce
-hook (``num_tokens``, ``num_sequences``, ``reduce_gradients``).
+hook (``num_tokens``, ``num_sequences``, ``reduce_gradients``). A sharded forward is a
+collective, so with ``fsdp`` every rank runs as many micro-batches as the largest share needs
+(``micro_batches``; the extra ones score nothing).
 
 After each step the driver copies rank 0's trainable parameters into its model (a few
 hundred KB with LoRA). ``state_dict()`` fetches rank 0's full optimiser state (the existing
 checkpoint format, written once by the driver); ``load_state_dict`` loads it into the driver
-and every rank, whatever R was when it was saved.
-
-``update_strategy: fsdp`` is refused with a ConfigurationError (see :func:`check_update_config`).
+and every rank, whatever R was when it was saved. With ``fsdp`` the full state is gathered
+onto rank 0 (``get_model_state_dict`` / ``get_optimizer_state_dict`` with
+``full_state_dict``) and the optimiser state converted from parameter names to the
+checkpoint's parameter indices; loading shards it again.
 
 Example (no Ray needed for one rank: the optimiser comes back unchanged):
     >>> from comprl_gym.distributed.config import DistributedConfig
@@ -63,11 +71,19 @@ from typing import Any
 import ray
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import fully_shard
 
 from comprl_gym.core import ConfigurationError
 from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.trainers.config import ModelSettings
-from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
+from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample, load_causal_lm
 
 logger = logging.getLogger(__name__)
 
@@ -92,17 +108,7 @@ def optimizer_options(optimizer: PolicyOptimizer) -> dict[str, Any]:
 def check_update_config(config: DistributedConfig) -> None:
     """Refuse update settings this module cannot run, before any actor starts."""
     config.validate()
-    if config.update_strategy == "fsdp":
-        # Measured on torch 2.13 CPU + gloo: FSDP2 (fully_shard) itself runs (all-gather,
-        # reduce-scatter, DTensor clipping and a full state dict on rank 0 all worked on a
-        # 2-process probe), but a sharded forward is a collective, so every rank would have
-        # to run the same number of micro-batches, and the sharded optimiser state needs a
-        # conversion to the checkpoint's format. Not built yet: refuse rather than pretend.
-        raise ConfigurationError(
-            "distributed.update_strategy 'fsdp' is not supported yet (with gloo or nccl); "
-            "use 'ddp': every rank holds a full replica and gradients are all-reduced"
-        )
-    if config.update_strategy != "ddp":
+    if config.update_strategy not in ("ddp", "fsdp"):
         raise ConfigurationError(
             f"distributed.update_strategy must be 'ddp' or 'fsdp', got {config.update_strategy!r}"
         )
@@ -157,17 +163,79 @@ def sum_gradients(params: list[torch.nn.Parameter]) -> None:
         offset += size
 
 
-class UpdateRank:
-    """One data-parallel rank: a replica :class:`PolicyOptimizer` in its own process (a Ray
-    actor), a member of the update process group."""
+def _already_reduced(params: list[torch.nn.Parameter]) -> None:
+    """FSDP reduce-scatters (sums) each gradient shard inside backward: nothing left to do."""
 
-    def __init__(self, settings: ModelSettings, options: dict[str, Any], backend: str):
+
+def shard_model(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2: each transformer block its own shard group, the rest (embeddings, tied LM head,
+    final norm) the root's. Gradients are summed over the ranks, not averaged (the losses
+    already carry the global normaliser)."""
+    blocks = set(getattr(model, "_no_split_modules", None) or ())
+    for module in list(model.modules()):
+        if type(module).__name__ in blocks:
+            fully_shard(module)
+    fully_shard(model)
+    for module in model.modules():
+        if hasattr(module, "set_gradient_divide_factor"):
+            # A plain SUM, divided by 1: FSDP would otherwise ask for PREMUL_SUM, which gloo
+            # lacks.
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def _trained_names(model: torch.nn.Module) -> list[str]:
+    """Trained parameters' names in the optimiser's order (PolicyOptimizer's param list)."""
+    return [name for name, p in model.named_parameters() if p.requires_grad]
+
+
+def optimizer_state_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """A ``torch.optim`` state dict keyed by parameter index -> keyed by parameter name (the
+    form ``torch.distributed.checkpoint.state_dict`` reads and writes)."""
+    return {
+        "state": {names[i]: v for i, v in state["state"].items()},
+        "param_groups": [
+            {**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]
+        ],
+    }
+
+
+def optimizer_state_by_index(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of :func:`optimizer_state_by_name` (the checkpoint's form; the gathered
+    groups come back with lists where torch keeps tuples, such as AdamW's ``betas``)."""
+    index = {name: i for i, name in enumerate(names)}
+    groups = []
+    for group in state["param_groups"]:
+        group = {k: tuple(v) if isinstance(v, list) else v for k, v in group.items()}
+        groups.append({**group, "params": [index[n] for n in group["params"]]})
+    return {"state": {index[n]: v for n, v in state["state"].items()}, "param_groups": groups}
+
+
+class UpdateRank:
+    """One data-parallel rank in its own process (a Ray actor), a member of the update
+    process group: a replica :class:`PolicyOptimizer` (``ddp``) or a shard of one (``fsdp``:
+    the optimiser is built over the sharded parameters once the group is joined).
+
+    With ``fsdp`` every method that reads or writes weights is a collective: the driver calls
+    it on every rank and reads rank 0's answer.
+    """
+
+    def __init__(
+        self, settings: ModelSettings, options: dict[str, Any], backend: str, strategy: str
+    ):
+        self.settings = settings
+        self.options = options
         self.backend = backend
+        self.strategy = strategy
         self.rank = -1
-        self.optimizer = PolicyOptimizer.from_settings(settings, **options)
+        self.model, self.tokenizer = load_causal_lm(settings)
         if backend == "nccl":
             # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU: it is cuda:0 here.
-            self.optimizer.model.to(torch.device("cuda", 0))
+            self.model.to(torch.device("cuda", 0))
+        self.optimizer: PolicyOptimizer | None = None
+        if strategy == "ddp":
+            self.optimizer = PolicyOptimizer(self.model, self.tokenizer, settings, **options)
 
     def master_address(self) -> tuple[str, int]:
         """This node's IP and a free port on it (asked of rank 0)."""
@@ -185,32 +253,68 @@ class UpdateRank:
             world_size=world_size,
         )
         self.rank = rank
+        if self.strategy == "fsdp":
+            shard_model(self.model)
+            self.optimizer = PolicyOptimizer(
+                self.model, self.tokenizer, self.settings, **self.options
+            )
         return rank
 
     def update(
-        self, samples: list[TrainSample], num_tokens: float, num_sequences: float
+        self,
+        samples: list[TrainSample],
+        num_tokens: float,
+        num_sequences: float,
+        micro_batches: int,
     ) -> dict[str, float]:
+        sharded = self.strategy == "fsdp"
         return self.optimizer.update(
             samples,
             num_tokens=num_tokens,
             num_sequences=num_sequences,
-            reduce_gradients=sum_gradients,
+            reduce_gradients=_already_reduced if sharded else sum_gradients,
+            micro_batches=micro_batches if sharded else 0,
         )
 
     def trainable_parameters(self) -> dict[str, torch.Tensor]:
-        """The trained parameters (all of them, or the LoRA adapters) on the CPU."""
-        return {
-            name: p.detach().cpu()
-            for name, p in self.optimizer.model.named_parameters()
-            if p.requires_grad
-        }
+        """The trained parameters (all of them, or the LoRA adapters), whole, on the CPU."""
+        out = {}
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p
+                out[name] = full.detach().cpu()
+        return out
 
     def state_dict(self) -> dict[str, Any]:
-        state = self.optimizer.state_dict()
-        return _to_cpu(state) if self.backend == "nccl" else state
+        """:meth:`PolicyOptimizer.state_dict`'s format, unsharded (rank 0's is complete)."""
+        if self.strategy == "ddp":
+            return _to_cpu(self.optimizer.state_dict())
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model = get_model_state_dict(self.model, options=full)
+        optim = get_optimizer_state_dict(self.model, self.optimizer.optimizer, options=full)
+        if self.rank != 0:  # cpu_offload gathers onto rank 0 only
+            return {}
+        names = _trained_names(self.model)
+        return {
+            "model": model,
+            "optimizer": optimizer_state_by_index(optim, names),
+            "steps": self.optimizer.steps,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+        if self.strategy == "ddp":
+            self.optimizer.load_state_dict(state)
+            return
+        full = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.model, state["model"], options=full)
+        if state["optimizer"]["state"]:
+            optim = optimizer_state_by_name(state["optimizer"], _trained_names(self.model))
+            set_optimizer_state_dict(self.model, self.optimizer.optimizer, optim, options=full)
+        else:
+            # A fresh optimiser (no step yet). The sharded loader would materialise its state
+            # with one zero-gradient step, leaving AdamW's step count at 1 instead of 0.
+            self.optimizer.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.steps = int(state["steps"])
 
     def close(self) -> None:
         if dist.is_initialized():
@@ -263,7 +367,10 @@ class DataParallelOptimizer:
         # SPREAD: on a multi-node cluster the ranks land on different nodes when they can.
         self.ranks = [
             remote.options(**options, scheduling_strategy="SPREAD").remote(
-                driver.settings, optimizer_options(driver), config.update_backend
+                driver.settings,
+                optimizer_options(driver),
+                config.update_backend,
+                config.update_strategy,
             )
             for _ in range(self.world_size)
         ]
@@ -319,9 +426,11 @@ class DataParallelOptimizer:
         num_sequences = float(len(useful))
         ordered = sorted(useful, key=lambda s: len(s.input_ids))
         shares = shard_samples(ordered, self.world_size)
+        micro = max(1, self.driver.settings.micro_batch_size)
+        passes = max((len(share) + micro - 1) // micro for share in shares)
         results = ray.get(
             [
-                rank.update.remote(share, num_tokens, num_sequences)
+                rank.update.remote(share, num_tokens, num_sequences, passes)
                 for rank, share in zip(self.ranks, shares)
             ]
         )
@@ -337,12 +446,17 @@ class DataParallelOptimizer:
 
     def _pull_weights(self) -> None:
         """Copy rank 0's trained parameters into the driver's model (the rollout weights)."""
-        updated = ray.get(self.ranks[0].trainable_parameters.remote())
+        updated = self._from_rank0("trainable_parameters")
         with torch.no_grad():
             for name, param in self.driver.model.named_parameters():
                 if name in updated:
                     param.copy_(updated[name])
         self.driver.steps += 1
+
+    def _from_rank0(self, method: str) -> Any:
+        """Rank 0's answer; sharded ranks must all take part (the call gathers shards)."""
+        ranks = self.ranks if self.config.update_strategy == "fsdp" else self.ranks[:1]
+        return ray.get([getattr(rank, method).remote() for rank in ranks])[0]
 
     def _broadcast(self, state: dict[str, Any]) -> None:
         ref = ray.put(state)  # one copy in the object store, read by every rank
@@ -353,7 +467,7 @@ class DataParallelOptimizer:
         """Rank 0's optimiser state in :meth:`PolicyOptimizer.state_dict`'s format (the
         replicas are identical): a checkpoint written once, loadable on any number of ranks.
         The driver takes it too, so it is also current for a later one-process run."""
-        state = ray.get(self.ranks[0].state_dict.remote())
+        state = self._from_rank0("state_dict")
         self.driver.load_state_dict(state)
         return state
 

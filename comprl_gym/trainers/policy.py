@@ -242,6 +242,7 @@ class PolicyOptimizer:
         num_tokens: float | None = None,
         num_sequences: float | None = None,
         reduce_gradients: Callable[[list[torch.nn.Parameter]], None] | None = None,
+        micro_batches: int = 0,
     ) -> dict[str, float]:
         """One optimiser step on ``samples``; returns loss and throughput statistics.
 
@@ -254,7 +255,9 @@ class PolicyOptimizer:
         tokens and useful sequences over every rank), so its loss is its share of the
         full-batch loss, and ``reduce_gradients``, which sums the gradients over the ranks
         after the backward passes and before clipping and the step. It then steps even with
-        no useful sample of its own: the other ranks' gradients are its gradients too.
+        no useful sample of its own: the other ranks' gradients are its gradients too. A
+        sharded (FSDP) rank's forward is a collective, so every rank runs ``micro_batches``
+        forward/backward passes at least: the ones beyond its share score nothing (loss 0).
         """
         start = time.perf_counter()
         useful = [s for s in samples if s.has_signal]
@@ -319,20 +322,23 @@ class PolicyOptimizer:
                 clip_sum += extra["clip_fraction"] * float(batch["mask"].sum())
             loss.backward()
             stats["loss"] += float(loss.detach())
+        for _ in range((len(ordered) + micro - 1) // micro, micro_batches):
+            idle = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
+            logits = self.model(input_ids=idle, attention_mask=torch.ones_like(idle)).logits
+            (logits.sum() * 0.0).backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
         if reduce_gradients is not None:
             reduce_gradients(params)  # from here every rank holds the full batch's gradient
         if self.settings.max_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
         else:
-            norm = torch.linalg.vector_norm(
-                torch.stack([p.grad.norm() for p in params if p.grad is not None])
-            )
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
         elapsed = time.perf_counter() - start
-        stats["grad_norm"] = float(norm)
+        # A sharded model's norm is a replicated DTensor: the global norm, read as a tensor.
+        stats["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         stats["clip_fraction"] = clip_sum / max(num_tokens, 1.0)
         stats["update_time_s"] = elapsed
         stats["tokens_per_s"] = total_tokens / max(elapsed, 1e-9)
