@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -84,6 +85,11 @@ class TrainSample:
     @property
     def num_action_tokens(self) -> int:
         return int(sum(self.action_mask))
+
+    @property
+    def has_signal(self) -> bool:
+        """Whether the sample moves the weights: some trained token and a nonzero advantage."""
+        return self.num_action_tokens > 0 and self.advantage * self.weight != 0
 
 
 def load_causal_lm(settings: ModelSettings) -> tuple[Any, Any]:
@@ -169,6 +175,12 @@ class PolicyOptimizer:
         model, tokenizer = load_causal_lm(settings)
         return cls(model, tokenizer, settings, **kwargs)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights live (batches are moved there): CPU unless a
+        data-parallel rank moved its replica to its GPU."""
+        return next(self.model.parameters()).device
+
     # ------------------------------------------------------------------ batching
     def _pad(self, samples: list[TrainSample]) -> dict[str, torch.Tensor]:
         length = max(len(s.input_ids) for s in samples)
@@ -188,7 +200,7 @@ class PolicyOptimizer:
                 has_old[i] = True
         advantages = torch.tensor([s.advantage * s.weight for s in samples], dtype=torch.float32)
         # Position t of the log-prob tensor scores token t + 1: shift masks and old logprobs.
-        return {
+        batch = {
             "input_ids": ids,
             "attention_mask": attention,
             "mask": mask[:, 1:],
@@ -196,6 +208,8 @@ class PolicyOptimizer:
             "has_old": has_old,
             "advantages": advantages,
         }
+        device = self.device
+        return batch if device.type == "cpu" else {k: v.to(device) for k, v in batch.items()}
 
     def fill_old_logprobs(self, samples: list[TrainSample]) -> list[TrainSample]:
         """Copies of ``samples`` whose ``old_logprobs`` are this model's current log-probs
@@ -221,15 +235,32 @@ class PolicyOptimizer:
         return out
 
     # ------------------------------------------------------------------ the step
-    def update(self, samples: list[TrainSample]) -> dict[str, float]:
+    def update(
+        self,
+        samples: list[TrainSample],
+        *,
+        num_tokens: float | None = None,
+        num_sequences: float | None = None,
+        reduce_gradients: Callable[[list[torch.nn.Parameter]], None] | None = None,
+        micro_batches: int = 0,
+    ) -> dict[str, float]:
         """One optimiser step on ``samples``; returns loss and throughput statistics.
 
         Samples without a learning signal (advantage 0 or no action token) are skipped; a
         batch with none left makes no step (AdamW would still move the weights through its
         momentum and weight decay).
+
+        A data-parallel rank (:mod:`comprl_gym.distributed.data_parallel`) passes its share of
+        a batch with the whole batch's normalisers ``num_tokens`` / ``num_sequences`` (trained
+        tokens and useful sequences over every rank), so its loss is its share of the
+        full-batch loss, and ``reduce_gradients``, which sums the gradients over the ranks
+        after the backward passes and before clipping and the step. It then steps even with
+        no useful sample of its own: the other ranks' gradients are its gradients too. A
+        sharded (FSDP) rank's forward is a collective, so every rank runs ``micro_batches``
+        forward/backward passes at least: the ones beyond its share score nothing (loss 0).
         """
         start = time.perf_counter()
-        useful = [s for s in samples if s.num_action_tokens > 0 and s.advantage * s.weight != 0]
+        useful = [s for s in samples if s.has_signal]
         total_tokens = sum(len(s.input_ids) for s in useful)
         stats: dict[str, float] = {
             "loss": 0.0,
@@ -240,11 +271,11 @@ class PolicyOptimizer:
             "clip_fraction": 0.0,
             "update_time_s": 0.0,
         }
-        if self.settings.frozen or not useful:
+        if self.settings.frozen or (not useful and reduce_gradients is None):
             return stats
         self.model.train()
-        num_tokens = float(stats["tokens"])
-        num_sequences = float(len(useful))
+        num_tokens = float(stats["tokens"] if num_tokens is None else num_tokens)
+        num_sequences = float(len(useful) if num_sequences is None else num_sequences)
         micro = max(1, self.settings.micro_batch_size)
         self.optimizer.zero_grad(set_to_none=True)
         clip_sum = 0.0
@@ -291,18 +322,23 @@ class PolicyOptimizer:
                 clip_sum += extra["clip_fraction"] * float(batch["mask"].sum())
             loss.backward()
             stats["loss"] += float(loss.detach())
+        for _ in range((len(ordered) + micro - 1) // micro, micro_batches):
+            idle = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
+            logits = self.model(input_ids=idle, attention_mask=torch.ones_like(idle)).logits
+            (logits.sum() * 0.0).backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
+        if reduce_gradients is not None:
+            reduce_gradients(params)  # from here every rank holds the full batch's gradient
         if self.settings.max_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
         else:
-            norm = torch.linalg.vector_norm(
-                torch.stack([p.grad.norm() for p in params if p.grad is not None])
-            )
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
         elapsed = time.perf_counter() - start
-        stats["grad_norm"] = float(norm)
+        # A sharded model's norm is a replicated DTensor: the global norm, read as a tensor.
+        stats["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         stats["clip_fraction"] = clip_sum / max(num_tokens, 1.0)
         stats["update_time_s"] = elapsed
         stats["tokens_per_s"] = total_tokens / max(elapsed, 1e-9)
