@@ -99,7 +99,8 @@ class ObservationRenderer:
             The task, the status line and the allowed actions come with the first
             observation only, NetHack's welcome message is left out, and "Next to you" names
             only the neighbours that are not plain room floor. A multi-turn conversation keeps
-            the first observation, so nothing is lost; a turn costs about a third of the tokens.
+            the first observation, so nothing is lost. A later observation of Room-Random-5x5
+            is 50 SmolLM2 tokens instead of 160 (mean over 32 random-walk episodes).
         show_inventory: list the inventory (tasks whose actions use items, e.g. KeyRoom).
         action_notes: what the less obvious actions do, shown after the allowed actions.
     """
@@ -176,7 +177,8 @@ class ObservationRenderer:
     def neighbours(obs: dict[str, np.ndarray], x: int, y: int, only_unusual: bool = False) -> str:
         """The eight cells around the agent, e.g. ``north: wall; east: floor of a room; ...``.
 
-        ``only_unusual`` leaves out plain room floor: ``north: wall; elsewhere floor``.
+        ``only_unusual`` leaves out plain room floor and names each kind of cell once, with
+        its directions: ``wall: north, north-east; staircase up: south; elsewhere floor``.
         """
         descriptions = obs["screen_descriptions"]
         height, width = obs["glyphs"].shape
@@ -187,11 +189,15 @@ class ObservationRenderer:
                 words = cell_description(descriptions, cx, cy) or "dark or solid rock"
             else:
                 words = "edge of the map"
-            if not (only_unusual and words == _ROOM_FLOOR):
-                parts.append(f"{DELTA_DIRECTIONS[(dx, dy)]}: {words}")
-        if only_unusual:
-            parts.append("elsewhere floor" if parts else "floor all around")
-        return "; ".join(parts)
+            parts.append((DELTA_DIRECTIONS[(dx, dy)], words))
+        if not only_unusual:
+            return "; ".join(f"{where}: {words}" for where, words in parts)
+        kinds: dict[str, list[str]] = {}
+        for where, words in parts:
+            if words != _ROOM_FLOOR:
+                kinds.setdefault(words, []).append(where)
+        grouped = [f"{words}: {', '.join(wheres)}" for words, wheres in kinds.items()]
+        return "; ".join([*grouped, "elsewhere floor" if grouped else "floor all around"])
 
     @staticmethod
     def status_line(obs: dict[str, np.ndarray]) -> str:
