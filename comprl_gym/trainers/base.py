@@ -79,15 +79,24 @@ def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBacken
 
     ``transformers`` generates with the very module being trained (nothing to sync); ``vllm``
     holds its own copy of the weights, which :meth:`Trainer.push_weights` refreshes after
-    every actor update.
+    every actor update. With ``distributed.inference_engines > 0`` the copies are that many
+    vLLM engine actors on the Ray cluster (:class:`~comprl_gym.distributed.engines.EngineGroup`),
+    every one refreshed by the push.
     """
-    if config.rollout_backend == "vllm":
-        backend = VLLMBackend(
-            str(resolve_model(config.actor.model)),
-            seed=config.seed,
-            # A multi-turn prompt plus its reply fits max_context_tokens (folding sees to it).
-            max_model_len=max(2048, config.max_context_tokens),
-        )
+    engines = config.distributed.inference_engines if config.distributed.enabled else 0
+    if config.rollout_backend == "vllm" or engines:
+        # A multi-turn prompt plus its reply fits max_context_tokens (folding sees to it).
+        max_model_len = max(2048, config.max_context_tokens)
+        model = str(resolve_model(config.actor.model))
+        backend: LLMBackend
+        if engines:  # vLLM engine actors on the Ray cluster (Trainer._start_distributed)
+            from comprl_gym.distributed.engines import EngineGroup
+
+            backend = EngineGroup(
+                config.distributed, model, seed=config.seed, max_model_len=max_model_len
+            )
+        else:
+            backend = VLLMBackend(model, seed=config.seed, max_model_len=max_model_len)
         if actor.settings.lora.enabled or actor.steps:
             backend.update_weights(actor.trainable_state_dict())
         return backend
