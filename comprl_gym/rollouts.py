@@ -6,7 +6,9 @@ the trainers (:mod:`comprl_gym.trainers.base`) all play episodes here and get
 
 :func:`collect_rollouts` keeps up to ``len(envs)`` episodes alive; each round, ONE batched
 ``act_batch`` call decides an action for every live episode (one generation call for the
-model), then each env steps. A finished env immediately starts the next queued episode. Agents
+model), then ONE stepper call steps every live env (:class:`LocalStepper` in this process, one
+after another; :class:`comprl_gym.distributed.env_pool.EnvPool` on Ray workers, in parallel).
+A finished env immediately starts the next queued episode. Agents
 without ``act_batch`` (scripted ones) work too: each episode gets its own agent from
 ``agent_factory``.
 
