@@ -8,7 +8,6 @@ it.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 import time
@@ -16,6 +15,7 @@ import time
 import gymnasium as gym
 import psutil
 import pytest
+from conftest import assert_listens_on_loopback_only, ray_session_processes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -38,16 +38,6 @@ MAX_STEPS = 8
 CONFIG = DistributedConfig(enabled=True, env_workers=2, envs_per_worker=2, max_episode_retries=2)
 
 
-def session_processes(session_dir: str) -> list[psutil.Process]:
-    """Ray's processes of one session (other Ray clusters on this machine are not ours)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if session_dir in cmdline:
-            found.append(proc)
-    return found
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """Three nodes of one CPU each; the driver joins by address, as on a real cluster."""
@@ -65,9 +55,9 @@ def cluster():
     finally:
         nodes.shutdown()
     deadline = time.monotonic() + 20
-    while session_processes(session_dir) and time.monotonic() < deadline:
+    while ray_session_processes(session_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
-    left = [p.pid for p in session_processes(session_dir)]
+    left = [p.pid for p in ray_session_processes(session_dir)]
     assert not left, f"Ray processes left after shutdown: {left}"
 
 
@@ -201,15 +191,6 @@ def test_a_killed_worker_loses_no_episode_and_doubles_none(pool):
 
 def test_every_ray_server_listens_on_loopback_only(cluster):
     _, session_dir = cluster
-    pids = {p.pid for p in session_processes(session_dir)} | {os.getpid()}
-    addresses = {
-        c.laddr.ip
-        for c in psutil.net_connections("inet")
-        if c.status == psutil.CONN_LISTEN and c.pid in pids
-    }
-    assert addresses, "no listening socket found: the check would prove nothing"
-    for address in addresses:
-        ip = ipaddress.ip_address(address)
-        ip = ip.ipv4_mapped or ip
-        assert ip.is_loopback, f"a Ray server listens on {address}"
+    pids = {p.pid for p in ray_session_processes(session_dir)} | {os.getpid()}
+    assert_listens_on_loopback_only(pids)
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
