@@ -194,3 +194,17 @@ def test_every_ray_server_listens_on_loopback_only(cluster):
     pids = {p.pid for p in ray_session_processes(session_dir)} | {os.getpid()}
     assert_listens_on_loopback_only(pids)
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+
+
+def test_a_pool_the_cluster_cannot_hold_fails_clearly(pool):
+    from comprl_gym.core import ConfigurationError
+
+    # more CPUs than the three nodes have: refused at once
+    with pytest.raises(ConfigurationError, match="whole cluster has 3"):
+        EnvPool(DistributedConfig(enabled=True, env_workers=4))
+    # fits the cluster but not beside the running pool: refused after the start timeout,
+    # instead of Ray waiting forever
+    crowded = DistributedConfig(enabled=True, env_workers=2, actor_start_timeout_s=5)
+    with pytest.raises(ConfigurationError, match="did not all start within 5 s"):
+        EnvPool(crowded)
+    assert len(pool.worker_places()) == 2  # the running pool is untouched

@@ -22,8 +22,9 @@ from typing import Any
 
 import ray
 from ray._private import ray_constants
+from ray.exceptions import GetTimeoutError
 
-from comprl_gym.core import ComprlGymError
+from comprl_gym.core import ComprlGymError, ConfigurationError
 from comprl_gym.distributed.config import DistributedConfig
 
 logger = logging.getLogger(__name__)
@@ -113,3 +114,32 @@ class RayCluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def wait_for_actors(
+    calls: list[Any], what: str, resources: dict[str, float], timeout_s: float
+) -> list[Any]:
+    """``ray.get`` the first calls of a group of new actors; fail clearly where they cannot
+    all be placed (Ray would wait forever for resources the cluster does not have).
+
+    The check up front catches a group larger than the whole cluster; the timeout catches one
+    that does not fit beside the actors already running.
+    """
+    total = ray.cluster_resources()
+    key_of = {"num_cpus": "CPU", "num_gpus": "GPU"}
+    for name, amount in resources.items():
+        need = amount * len(calls)
+        have = total.get(key_of.get(name, name), 0.0)
+        if need > have:
+            raise ConfigurationError(
+                f"{len(calls)} {what} ask for {need:g} {name} in all; the whole cluster has "
+                f"{have:g}: lower their number or their resources, or add nodes"
+            )
+    try:
+        return ray.get(calls, timeout=timeout_s)
+    except GetTimeoutError as exc:
+        raise ConfigurationError(
+            f"{len(calls)} {what} (each {resources}) did not all start within {timeout_s:.0f} s; "
+            f"free now: {ray.available_resources()}: give the cluster more resources, fewer "
+            "actors or distributed.actor_start_timeout_s"
+        ) from exc

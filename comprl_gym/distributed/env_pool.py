@@ -50,6 +50,7 @@ import gymnasium as gym
 import ray
 from ray.exceptions import RayActorError
 
+from comprl_gym.distributed.cluster import wait_for_actors
 from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.rollouts import EnvLost, ResetResult, StepResult
 
@@ -184,6 +185,18 @@ class EnvPool:
         )
         factory = env_factory or GymEnvFactory()
         self.workers = [actor.remote(factory, i) for i in range(config.env_workers)]
+        try:
+            wait_for_actors(
+                [w.place.remote() for w in self.workers],
+                "env workers",
+                config.env_worker_resources,
+                config.actor_start_timeout_s,
+            )
+        except Exception:
+            for actor_handle in self.workers:  # not started: nothing to close gracefully
+                ray.kill(actor_handle, no_restart=True)
+            self.workers = []
+            raise
 
     @property
     def capacity(self) -> int:
