@@ -6,7 +6,9 @@ the trainers (:mod:`comprl_gym.trainers.base`) all play episodes here and get
 
 :func:`collect_rollouts` keeps up to ``len(envs)`` episodes alive; each round, ONE batched
 ``act_batch`` call decides an action for every live episode (one generation call for the
-model), then each env steps. A finished env immediately starts the next queued episode. Agents
+model), then ONE stepper call steps every live env (:class:`LocalStepper` in this process, one
+after another; :class:`comprl_gym.distributed.env_pool.EnvPool` on Ray workers, in parallel).
+A finished env immediately starts the next queued episode. Agents
 without ``act_batch`` (scripted ones) work too: each episode gets its own agent from
 ``agent_factory``.
 
@@ -139,6 +141,9 @@ class Trajectory:
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     critique: dict[str, Any] | None = None
+    #: Times the episode was played again from its reset because its env was lost (a remote
+    #: env worker died); this record is the attempt that finished.
+    reruns: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -302,6 +307,8 @@ class RolloutConfig:
         split_on_oom: when the backend runs out of memory, retry the batch in halves.
         progress: show a tqdm bar over finished episodes.
         progress_label: the bar's description.
+        max_episode_retries: times an episode whose env was lost (:class:`EnvLost`: its remote
+            worker died) is played again from its reset before the run fails.
     """
 
     max_turns: int | None = 200
@@ -309,6 +316,7 @@ class RolloutConfig:
     split_on_oom: bool = True
     progress: bool = False
     progress_label: str = "episodes"
+    max_episode_retries: int = 0
 
 
 @dataclass
@@ -330,15 +338,64 @@ def _env_id(env: gym.Env) -> str:
     return env.spec.id if env.spec is not None else type(env.unwrapped).__name__
 
 
+#: What a reset answers: observation, info and the seconds the env took.
+ResetResult = tuple[Any, dict[str, Any], float]
+#: What a step answers: observation, reward, terminated, truncated, info and the env's seconds.
+StepResult = tuple[Any, float, bool, bool, dict[str, Any], float]
+
+
+@dataclass
+class EnvLost:
+    """A stepper's answer for an env that is gone with its episode (a remote worker died):
+    the episode loop plays that episode again from its reset."""
+
+    reason: str
+
+
+class LocalStepper:
+    """Resets and steps the envs of this process, one after another (the default stepper).
+
+    A stepper answers for a batch of envs at once, so a remote one
+    (:class:`comprl_gym.distributed.env_pool.EnvPool`) can step them in parallel.
+    """
+
+    def env_id(self, env: gym.Env) -> str:
+        return _env_id(env)
+
+    def reset(
+        self, envs: list[gym.Env], seeds: list[int], options: list[dict[str, Any] | None]
+    ) -> list[ResetResult | EnvLost]:
+        out: list[ResetResult | EnvLost] = []
+        for env, seed, opts in zip(envs, seeds, options):
+            t0 = time.perf_counter()
+            observation, info = env.reset(seed=seed, options=opts)
+            out.append((observation, info, time.perf_counter() - t0))
+        return out
+
+    def step(self, envs: list[gym.Env], actions: list[str]) -> list[StepResult | EnvLost]:
+        out: list[StepResult | EnvLost] = []
+        for env, action in zip(envs, actions):
+            t0 = time.perf_counter()
+            observation, reward, terminated, truncated, info = env.step(action)
+            out.append((observation, reward, terminated, truncated, info, time.perf_counter() - t0))
+        return out
+
+
 class RolloutWorker:
-    """Runs episodes on a fixed pool of envs with one batched agent (see module docstring)."""
+    """Runs episodes on a fixed pool of envs with one batched agent (see module docstring).
+
+    ``stepper`` reaches the envs: :class:`LocalStepper` (the default) steps envs of this
+    process; :class:`comprl_gym.distributed.env_pool.EnvPool` steps envs held by Ray actors,
+    all live episodes' steps in one parallel round.
+    """
 
     def __init__(
         self,
-        envs: list[gym.Env],
+        envs: list[Any],
         agent: Any = None,
-        agent_factory: Callable[[gym.Env, int], Any] | None = None,
+        agent_factory: Callable[[Any, int], Any] | None = None,
         config: RolloutConfig | None = None,
+        stepper: Any = None,
     ):
         if not envs:
             raise ComprlGymError("collect_rollouts needs at least one env")
@@ -348,6 +405,7 @@ class RolloutWorker:
         self.agent = agent
         self.agent_factory = agent_factory
         self.config = config or RolloutConfig()
+        self.stepper = stepper or LocalStepper()
         self.batched = agent is not None and hasattr(agent, "act_batch")
 
     def run(
@@ -359,12 +417,15 @@ class RolloutWorker:
     ) -> list[Trajectory]:
         """Play one episode per seed; results in the order of ``seeds``.
 
-        ``on_episode`` is called as each episode ends (to persist it at once).
+        ``on_episode`` is called as each episode ends (to persist it at once). An episode whose
+        env is lost (:class:`EnvLost`) is played again from its reset, up to
+        ``config.max_episode_retries`` times; then the run fails.
         """
         options = options or [None] * len(seeds)
         meta = meta or [{} for _ in seeds]
         queue = list(range(len(seeds)))[::-1]
         results: list[Trajectory | None] = [None] * len(seeds)
+        reruns = [0] * len(seeds)
         slots = [_Slot(env) for env in self.envs]
         index_of: dict[int, int] = {}
         bar = None
@@ -373,20 +434,49 @@ class RolloutWorker:
 
             bar = tqdm(total=len(seeds), desc=self.config.progress_label, unit="ep")
 
-        def start(slot_id: int) -> None:
+        def requeue(slot_id: int, lost: EnvLost) -> None:
+            i = index_of.pop(slot_id)
+            slots[slot_id].trajectory = None
+            reruns[i] += 1
+            if reruns[i] > self.config.max_episode_retries:
+                raise ComprlGymError(
+                    f"episode {i} (seed {seeds[i]}) lost its env {reruns[i]} times "
+                    f"(max_episode_retries={self.config.max_episode_retries}): {lost.reason}"
+                )
+            logger.warning("episode %d (seed %d) lost: %s; playing it again", i, seeds[i], lost)
+            queue.append(i)  # next to start
+
+        def start(slot_ids: list[int]) -> None:
+            """Reset the free slots onto the next queued episodes, all in one stepper call."""
+            while slot_ids:
+                chosen = [(k, queue.pop()) for k in slot_ids[: len(queue)]]
+                for k in slot_ids[len(chosen) :]:
+                    slots[k].trajectory = None
+                if not chosen:
+                    return
+                answers = self.stepper.reset(
+                    [slots[k].env for k, _ in chosen],
+                    [seeds[i] for _, i in chosen],
+                    [options[i] for _, i in chosen],
+                )
+                lost_slots = []
+                for (k, i), answer in zip(chosen, answers):
+                    index_of[k] = i
+                    if isinstance(answer, EnvLost):
+                        requeue(k, answer)
+                        lost_slots.append(k)
+                    else:
+                        begin(k, i, answer)
+                slot_ids = lost_slots
+
+        def begin(slot_id: int, i: int, answer: ResetResult) -> None:
             slot = slots[slot_id]
-            slot.trajectory = None
-            if not queue:
-                return
-            i = queue.pop()
-            slot.started = time.perf_counter()
-            t0 = time.perf_counter()
-            observation, info = slot.env.reset(seed=seeds[i], options=options[i])
-            reset_time = time.perf_counter() - t0
+            observation, info, reset_time = answer
+            slot.started = time.perf_counter() - reset_time
             slot.observation, slot.info = observation, info
             slot.trajectory = Trajectory(
                 episode_id=uuid.uuid4().hex[:16],
-                env_id=_env_id(slot.env),
+                env_id=self.stepper.env_id(slot.env),
                 env_family=str(info.get("env_family", "")),
                 task_id=str(info.get("task_id", "")),
                 task=str(info.get("task", "")),
@@ -394,8 +484,8 @@ class RolloutWorker:
                 env_time_s=reset_time,
                 meta=dict(meta[i]),
                 experience_ids=list(info.get("experience_ids", []) or []),
+                reruns=reruns[i],
             )
-            index_of[slot_id] = i
             if self.batched:
                 slot.state = self.agent.start_episode(slot.trajectory.task, info)
             else:
@@ -418,28 +508,36 @@ class RolloutWorker:
             traj.search_and_ask_calls = int(info.get("search_and_ask_calls", 0) or 0)
             traj.wall_time_s = time.perf_counter() - slot.started
             traj.error = error
-            results[index_of[slot_id]] = traj
+            results[index_of.pop(slot_id)] = traj
+            slot.trajectory = None
             if on_episode is not None:
                 on_episode(traj)
             if bar is not None:
                 bar.update()
-            start(slot_id)
 
         try:
-            for slot_id in range(len(slots)):
-                start(slot_id)
+            start(list(range(len(slots))))
             while True:
                 live = [k for k, s in enumerate(slots) if s.trajectory is not None]
                 if not live:
                     break
                 decisions = self._decide([slots[k] for k in live])
-                for k, (action, decision, gen_time) in zip(live, decisions):
-                    self._step(slots[k], action, decision, gen_time)
+                answers = self.stepper.step(
+                    [slots[k].env for k in live], [action for action, _, _ in decisions]
+                )
+                free: list[int] = []
+                for k, (action, decision, gen_time), answer in zip(live, decisions, answers):
+                    if isinstance(answer, EnvLost):
+                        requeue(k, answer)
+                        free.append(k)
+                        continue
+                    self._record(slots[k], action, decision, gen_time, answer)
                     traj = slots[k].trajectory
                     assert traj is not None
                     last = traj.turns[-1]
                     if last.terminated or last.truncated:
                         finish(k)
+                        free.append(k)
                     elif (
                         self.config.max_turns is not None
                         and len(traj.turns) >= self.config.max_turns
@@ -448,6 +546,8 @@ class RolloutWorker:
                         finish(
                             k, error=f"stopped after max_turns={self.config.max_turns} model calls"
                         )
+                        free.append(k)
+                start(free)
         finally:
             if bar is not None:
                 bar.close()
@@ -489,12 +589,13 @@ class RolloutWorker:
                 states[:half], observations[:half], infos[:half]
             ) + self._act_batch(states[half:], observations[half:], infos[half:])
 
-    def _step(self, slot: _Slot, action: str, decision: Any, gen_time: float) -> None:
+    def _record(
+        self, slot: _Slot, action: str, decision: Any, gen_time: float, answer: StepResult
+    ) -> None:
+        """Append the turn of ``action`` and the env's ``answer`` to the slot's episode."""
         traj = slot.trajectory
         assert traj is not None
-        t0 = time.perf_counter()
-        observation, reward, terminated, truncated, info = slot.env.step(action)
-        env_time = time.perf_counter() - t0
+        observation, reward, terminated, truncated, info, env_time = answer
         generation = getattr(decision, "generation", None)
         keep = self.config.keep_text
         turn = Turn(
@@ -555,6 +656,7 @@ def collect_rollouts(
     config: RolloutConfig | None = None,
     jsonl_path: str | os.PathLike[str] | None = None,
     meta: list[dict[str, Any]] | None = None,
+    stepper: Any = None,
 ) -> list[Trajectory]:
     """Play one episode per seed with up to ``len(envs)`` at once; optionally append JSONL.
 
@@ -564,8 +666,9 @@ def collect_rollouts(
 
     ``agent`` is an :class:`~comprl_gym.agents.llm_agent.LLMAgent` (batched) or any agent (then
     ``envs`` should hold one env, or use :class:`RolloutWorker` with an ``agent_factory``).
+    ``stepper`` reaches remote envs (see :class:`RolloutWorker`).
     """
-    worker = RolloutWorker(envs, agent=agent, config=config)
+    worker = RolloutWorker(envs, agent=agent, config=config, stepper=stepper)
     on_episode = (lambda t: write_jsonl(jsonl_path, [t])) if jsonl_path is not None else None
     return worker.run(seeds, options=options, meta=meta, on_episode=on_episode)
 

@@ -88,3 +88,31 @@ class ScriptedBackend:
             ids = [ord(c) % 200 for c in text][:32] or [1]
             out.append(Generation("p", text, [1, 2, 3], ids, [-0.1] * len(ids), "stop"))
         return out
+
+
+def ray_session_processes(session_dir: str) -> list:
+    """The processes of one Ray session (other Ray clusters on this machine are not ours)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if session_dir in " ".join(proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def assert_listens_on_loopback_only(pids: set[int]) -> None:
+    """Every listening socket of ``pids`` is bound to a loopback address (and there is one)."""
+    import ipaddress
+
+    import psutil
+
+    addresses = {
+        c.laddr.ip
+        for c in psutil.net_connections("inet")
+        if c.status == psutil.CONN_LISTEN and c.pid in pids
+    }
+    assert addresses, "no listening socket found: the check would prove nothing"
+    for address in addresses:
+        ip = ipaddress.ip_address(address)
+        assert (getattr(ip, "ipv4_mapped", None) or ip).is_loopback, f"listens on {address}"

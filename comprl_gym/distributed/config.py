@@ -64,6 +64,9 @@ class DistributedConfig:
     engine_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1})
     trainer_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1})
     experience_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 0})
+    #: Seconds to wait for a group of actors to start (a vLLM engine on CPU takes a minute)
+    #: before failing with what they asked for and what the cluster has free.
+    actor_start_timeout_s: float = 600.0
 
     def validate(self) -> None:
         """Raise ConfigurationError on values that cannot work."""
@@ -77,6 +80,10 @@ class DistributedConfig:
                 raise ConfigurationError(
                     f"distributed.{name} must be >= 1, got {getattr(self, name)}"
                 )
+        if self.actor_start_timeout_s <= 0:
+            raise ConfigurationError(
+                f"distributed.actor_start_timeout_s must be > 0, got {self.actor_start_timeout_s}"
+            )
         for name in ("inference_engines", "num_cpus", "max_restarts", "max_episode_retries"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(

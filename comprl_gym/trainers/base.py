@@ -79,15 +79,24 @@ def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBacken
 
     ``transformers`` generates with the very module being trained (nothing to sync); ``vllm``
     holds its own copy of the weights, which :meth:`Trainer.push_weights` refreshes after
-    every actor update.
+    every actor update. With ``distributed.inference_engines > 0`` the copies are that many
+    vLLM engine actors on the Ray cluster (:class:`~comprl_gym.distributed.engines.EngineGroup`),
+    every one refreshed by the push.
     """
-    if config.rollout_backend == "vllm":
-        backend = VLLMBackend(
-            str(resolve_model(config.actor.model)),
-            seed=config.seed,
-            # A multi-turn prompt plus its reply fits max_context_tokens (folding sees to it).
-            max_model_len=max(2048, config.max_context_tokens),
-        )
+    engines = config.distributed.inference_engines if config.distributed.enabled else 0
+    if config.rollout_backend == "vllm" or engines:
+        # A multi-turn prompt plus its reply fits max_context_tokens (folding sees to it).
+        max_model_len = max(2048, config.max_context_tokens)
+        model = str(resolve_model(config.actor.model))
+        backend: LLMBackend
+        if engines:  # vLLM engine actors on the Ray cluster (Trainer._start_distributed)
+            from comprl_gym.distributed.engines import EngineGroup
+
+            backend = EngineGroup(
+                config.distributed, model, seed=config.seed, max_model_len=max_model_len
+            )
+        else:
+            backend = VLLMBackend(model, seed=config.seed, max_model_len=max_model_len)
         if actor.settings.lora.enabled or actor.steps:
             backend.update_weights(actor.trainable_state_dict())
         return backend
@@ -127,6 +136,11 @@ class Trainer:
         #: Agents made in this iteration: part of each batch's sampling seed.
         self._play_calls = 0
         self.clock = WaitClock()
+        #: The Ray side when ``config.distributed.enabled`` (see :meth:`_start_distributed`).
+        self.cluster: Any = None
+        self.env_pool: Any = None
+        if config.distributed.enabled:
+            self._start_distributed()
         actor_settings = config.actor
         if not self.trains_actor:
             actor_settings.frozen = True
@@ -150,6 +164,30 @@ class Trainer:
         self.checkpoints = CheckpointManager(self.output_dir)
         if config.resume and self.checkpoints.latest_step() is not None:
             self.resume()
+
+    # ------------------------------------------------------------------ scale-out
+    def _start_distributed(self) -> None:
+        """Join or start the Ray cluster and start the env workers (``docs/distributed.md``).
+
+        The one place where the trainer turns remote: :meth:`make_env` then names envs by
+        :class:`~comprl_gym.distributed.env_pool.EnvKey` and :meth:`play_jobs` plays them on
+        the pool's workers; the agent and its model stay in this process.
+        """
+        # Ray is a heavy optional dependency (the ``distributed`` extra): imported only here.
+        from comprl_gym.distributed.cluster import RayCluster
+        from comprl_gym.distributed.env_pool import EnvPool, GymEnvFactory
+
+        cfg = self.config
+        if self.uses_experience:
+            raise ConfigurationError(
+                f"{self.algorithm} with distributed.enabled needs the experience service "
+                "(the env workers' experience wrapper); this build has the env pool only"
+            )
+        if cfg.env_url:
+            raise ConfigurationError("env_url and distributed.enabled: choose one way to env")
+        self.cluster = RayCluster(cfg.distributed).start()
+        factory = GymEnvFactory({"max_steps": cfg.max_episode_steps}, dict(cfg.env_kwargs))
+        self.env_pool = EnvPool(cfg.distributed, factory)
 
     # ------------------------------------------------------------------ experience side
     @property
@@ -248,6 +286,9 @@ class Trainer:
         if key not in self._envs:
             if env_id not in gym.registry:
                 raise ConfigurationError(f"unknown env id {env_id!r}; `comprl-gym envs` lists them")
+            if self.env_pool is not None:
+                # Its key only: play_jobs places it on an env worker, which builds and keeps it.
+                return self._env_key(env_id, with_experience, evaluation)
             if self.config.env_url:
                 env = gym.make(
                     REMOTE_ENV_ID,
@@ -266,6 +307,11 @@ class Trainer:
                     self._apply_retrieval(env)
             self._envs[key] = env
         return self._envs[key]
+
+    def _env_key(self, env_id: str, with_experience: bool, evaluation: bool) -> Any:
+        from comprl_gym.distributed.env_pool import EnvKey
+
+        return EnvKey(env_id, with_experience, evaluation)
 
     def _wrap_with_experience(self, env: Any, report_outcomes: bool) -> Any:
         from comprl_gym.wrappers import ExperienceAugmentedEnv
@@ -382,8 +428,11 @@ class Trainer:
         bar over the episodes (none when empty or when ``config.progress`` is off).
         """
         cfg = self.config
+        envs = [env for env, _, _, _ in jobs]
+        if self.env_pool is not None:  # keys from make_env, spread over the env workers
+            envs = self.env_pool.envs(envs)
         trajectories = collect_rollouts(
-            [env for env, _, _, _ in jobs],
+            envs,
             self._agent(temperature),
             [task.seed for _, task, _, _ in jobs],
             # Search steps of the experience wrapper do not count towards the env's step limit.
@@ -391,8 +440,10 @@ class Trainer:
                 max_turns=cfg.max_episode_steps + cfg.experience.search_and_ask_budget + 1,
                 progress=bool(progress) and cfg.progress,
                 progress_label=progress or "episodes",
+                max_episode_retries=cfg.distributed.max_episode_retries,
             ),
             meta=[{"group": group, "with_experience": with_exp} for _, _, group, with_exp in jobs],
+            stepper=self.env_pool,
         )
         for trajectory in trajectories:
             if trajectory.error:
@@ -527,6 +578,8 @@ class Trainer:
             "invalid_actions": float(np.mean([e.invalid_actions for e in episodes])),
             "rollout_time_s": rollout_s,
         }
+        if self.env_pool is not None:
+            record["rollout/episodes_rerun"] = sum(e.reruns for e in episodes)
         for key, value in update.items():
             record[f"actor/{key}"] = value
         for env_id in sorted({e.env_id for e in episodes}):
@@ -724,3 +777,7 @@ class Trainer:
         # transformers backend shares the actor's module, which outlives the trainer.
         if self.actor_backend.supports_weight_sync:
             self.actor_backend.close()
+        if self.env_pool is not None:
+            self.env_pool.close()
+        if self.cluster is not None:
+            self.cluster.shutdown()
