@@ -100,9 +100,146 @@ def test_a_grpo_run_on_env_workers_is_the_local_run(tmp_path):
     assert session and not left, f"Ray processes left after close(): {left}"
 
 
-def test_experience_trainers_say_what_distributed_still_needs(tmp_path):
-    with pytest.raises(ConfigurationError, match="experience service"):
+EXPERIENCE = {
+    # a random tiny model never writes the JSON operations: one sentence it can write
+    "extractor_format": "plain",
+    "inject_top_k": 1,
+    # the refiner of search_and_ask is the extractor model in the driver: off on Ray
+    "search_and_ask_budget": 0,
+    "min_uses": 1,
+    "train_cooldown_steps": 0,
+    "async_extraction": False,
+    # diversification reads the clock (recent-use penalty) and a shared RNG whose draws
+    # follow the order in which concurrent workers ask: off, retrieval is a pure function of
+    # the store
+    "diversify": False,
+    # the first iteration retrieves nothing (the warm-up switch must reach the env workers)
+    # and writes the store the second one retrieves from
+    "warmup_iterations": 1,
+}
+
+
+def _run_complementary(output_dir, **overrides):
+    """Two iterations (warm-up, then a full one) of one MiniHack family; what they played,
+    the updated weights of both models and the store's tallies."""
+    config = _config(
+        output_dir,
+        "complementary",
+        env_ids=[ENV_IDS[0]],  # one family: what warm-up wrote is retrievable
+        iterations=2,
+        group_size=4,
+        eval_tasks=0,
+        extractor={"model": "tiny", "lr": 1e-3, "max_new_tokens": 10},
+        experience=EXPERIENCE,
+        seed=4,  # a seed whose second iteration has a learning signal (an actor step)
+        **overrides,
+    )
+    trainer = make_trainer(config)
+    played = []
+    original_play = trainer.play
+
+    def recording_play(tasks):
+        episodes = original_play(tasks)
+        played.append(
+            [
+                (
+                    e.env_id,
+                    e.seed,
+                    e.with_experience,
+                    [t.action for t in e.turns],
+                    [t.reward for t in e.turns],
+                    list(e.experience_ids),
+                    e.error,
+                )
+                for e in episodes
+            ]
+        )
+        return episodes
+
+    trainer.play = recording_play
+    try:
+        records = [trainer.train_iteration() for _ in range(2)]
+        actor = {k: v.detach().clone() for k, v in trainer.actor.model.state_dict().items()}
+        extractor_model = trainer.extractor.optimizer.model
+        extractor = {k: v.detach().clone() for k, v in extractor_model.state_dict().items()}
+        tallies = {
+            e.id: (e.text, e.uses, e.wins)
+            for e in trainer.manager.experiences(include_inactive=True)
+        }
+        session = ""
+        if ray.is_initialized():
+            session = ray._private.worker._global_node.get_session_dir_path()
+            pids = {p.pid for p in ray_session_processes(session)} | {os.getpid()}
+            assert_listens_on_loopback_only(pids)
+            ranks = records[-1].get("actor/ranks")
+        else:
+            ranks = None
+    finally:
+        trainer.close()
+    return played, actor, extractor, tallies, records, ranks, session
+
+
+def test_a_complementary_run_on_ray_is_the_local_run(tmp_path):
+    """2 env workers with the experience wrapper on the shared experience service, 2 trainer
+    ranks for each model's update: the same episodes, store tallies and weights."""
+    local = _run_complementary(tmp_path / "local")
+    remote = _run_complementary(
+        tmp_path / "ray",
+        distributed={
+            "enabled": True,
+            # 2 env workers + 2 ranks for each model, a logical CPU each
+            "num_cpus": 6,
+            "env_workers": 2,
+            "envs_per_worker": 2,
+            "trainer_ranks": 2,
+            "actor_start_timeout_s": 120,
+        },
+    )
+    played, actor, extractor, tallies, records, ranks, session = remote
+    assert local[5] is None
+    # warm-up: nothing retrieved although the store is empty only at its start; then the
+    # with-experience half retrieves what warm-up wrote
+    assert all(not exp_ids for *_, exp_ids, _ in played[0])
+    with_half = [p for p in played[1] if p[2]]
+    assert with_half and all(p[5] for p in with_half)
+    assert all(p[6] is None for p in played[0] + played[1])
+    assert played == local[0]
+    assert tallies == local[3]
+    # outcomes counted once: each experience shown in iteration 2 got one use per episode
+    shown = [eid for p in with_half for eid in p[5]]
+    assert sum(uses for _, uses, _ in tallies.values()) == len(shown) > 0
+    for name, tensor in actor.items():
+        torch.testing.assert_close(tensor, local[1][name], rtol=0, atol=1e-5)
+    for name, tensor in extractor.items():
+        torch.testing.assert_close(tensor, local[2][name], rtol=0, atol=1e-5)
+    assert any(r.get("actor/samples", 0) > 0 for r in records), records
+    assert ranks == 2, "the actor update did not run over the trainer ranks"
+    assert not ray.is_initialized()
+    left = [p.pid for p in ray_session_processes(session)]
+    assert session and not left, f"Ray processes left after close(): {left}"
+
+
+def test_experience_trainers_on_ray_refuse_search_and_ask(tmp_path):
+    """search_and_ask's refiner is the extractor model in the driver: no env worker reaches
+    it, so a distributed experience run asks for a zero budget before starting anything."""
+    with pytest.raises(ConfigurationError, match="search_and_ask_budget: 0"):
         make_trainer(
-            _config(tmp_path, "complementary", group_size=4, distributed={"enabled": True})
+            _config(
+                tmp_path,
+                "complementary",
+                group_size=4,
+                experience={"search_and_ask_budget": 1},
+                distributed={"enabled": True},
+            )
+        )
+    with pytest.raises(ConfigurationError, match="experience_service"):
+        make_trainer(
+            _config(
+                tmp_path,
+                "complementary",
+                group_size=4,
+                experience={"search_and_ask_budget": 0},
+                distributed={"enabled": True, "experience_service": False},
+            )
         )
     assert not ray.is_initialized()

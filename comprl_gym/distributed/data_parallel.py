@@ -497,4 +497,4 @@ def data_parallel(
     if not config.enabled or config.trainer_ranks == 1:
         check_update_config(config)
         return optimizer
-    return DataParallelOptimizer(optimizer, config)
+    return DataParallelOptimizer(optimizer, config, config.actor_start_timeout_s)

@@ -33,7 +33,7 @@ Example (starts Ray; see ``tests/test_distributed_rollouts.py``)::
 
 The key is a plain record:
     >>> EnvKey("comprl/MiniHack-Room-5x5-v0", with_experience=True)
-    EnvKey(env_id='comprl/MiniHack-Room-5x5-v0', with_experience=True, evaluation=False)
+    EnvKey(env_id='comprl/MiniHack-Room-5x5-v0', with_experience=True, evaluation=False, retrieval=True)
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ from ray.exceptions import RayActorError
 
 from comprl_gym.distributed.cluster import wait_for_actors
 from comprl_gym.distributed.config import DistributedConfig
+from comprl_gym.distributed.experience_service import connect_experience_service
 from comprl_gym.rollouts import EnvLost, ResetResult, StepResult
+from comprl_gym.wrappers import ExperienceAugmentedEnv
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +68,9 @@ class EnvKey:
     with_experience: bool = False
     #: An evaluation env (its experience wrapper reads the store but reports no outcomes).
     evaluation: bool = False
+    #: Whether its experience wrapper retrieves (off for the trainer's warm-up iterations): an
+    #: env built without retrieval injects nothing and has no ``search_and_ask`` budget.
+    retrieval: bool = True
 
 
 #: Builds the env of a key inside a worker; must pickle (a module-level function or dataclass).
@@ -90,12 +95,71 @@ class GymEnvFactory:
         if key.with_experience:
             raise ValueError(
                 f"{type(self).__name__} builds plain envs; give the pool a factory that wraps "
-                "envs with experience"
+                "envs with experience (ExperienceEnvFactory)"
             )
+        return self.make(key.env_id)
+
+    def make(self, env_id: str) -> gym.Env:
+        """The plain env of ``env_id`` with this factory's keyword arguments."""
         import comprl_gym  # noqa: F401  (registers the comprl/* ids in this worker)
 
-        kwargs = {**self.kwargs, **self.kwargs_by_id.get(key.env_id, {})}
-        return gym.make(key.env_id, disable_env_checker=True, **kwargs)
+        kwargs = {**self.kwargs, **self.kwargs_by_id.get(env_id, {})}
+        return gym.make(env_id, disable_env_checker=True, **kwargs)
+
+
+@dataclass
+class ExperienceEnvFactory(GymEnvFactory):
+    """:class:`GymEnvFactory` whose ``with_experience`` keys are wrapped in
+    :class:`~comprl_gym.wrappers.ExperienceAugmentedEnv` around a client of the named experience
+    service (:func:`~comprl_gym.distributed.experience_service.start_experience_service`).
+
+    The client is looked up by name on first use inside the worker (an actor handle is not
+    made in the driver and pickled), once per worker process. ``search_and_ask`` is answered
+    without a refiner: the refiner is the extractor model, which lives in the driver.
+
+    Example (plain keys need no service)::
+
+        >>> factory = ExperienceEnvFactory({"max_steps": 3}, inject_top_k=2)
+        >>> factory(EnvKey("comprl/MiniHack-Room-5x5-v0")).unwrapped.max_steps
+        3
+    """
+
+    #: The experience actor's name (``distributed.experience_service_name``).
+    service_name: str = DistributedConfig.experience_service_name
+    #: Experiences injected into the first observation (``experience.inject_top_k``).
+    inject_top_k: int = 3
+    #: ``search_and_ask`` calls per episode (``experience.search_and_ask_budget``).
+    search_budget: int = 0
+
+    def __post_init__(self) -> None:
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_client"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._client = None
+
+    def client(self) -> Any:
+        """This process's client of the experience service (connected on first use)."""
+        if self._client is None:
+            self._client = connect_experience_service(self.service_name)
+        return self._client
+
+    def __call__(self, key: EnvKey) -> gym.Env:
+        env = self.make(key.env_id)
+        if not key.with_experience:
+            return env
+        # The same wrapper as the trainer's local envs (Trainer._wrap_with_experience).
+        return ExperienceAugmentedEnv(
+            env,
+            self.client(),
+            inject_top_k=self.inject_top_k if key.retrieval else 0,
+            search_budget=self.search_budget if key.retrieval else 0,
+            report_outcomes=not key.evaluation,
+            experiences_in_observation=False,
+        )
 
 
 class EnvWorker:

@@ -152,6 +152,10 @@ class Trainer:
             normalization=config.loss_normalization,
         )
         self.actor_backend = make_actor_backend(config, self.actor)
+        if config.distributed.enabled and self.trains_actor:
+            # The backend keeps the driver's optimiser (its model serves the rollouts); the
+            # update runs over the trainer ranks, which copy rank 0's weights back into it.
+            self.actor = self._data_parallel(self.actor)
         self.manager: Any = None
         self.extractor: ExperienceExtractor | None = None
         self.worker: ExperienceWorker | None = None
@@ -175,19 +179,51 @@ class Trainer:
         """
         # Ray is a heavy optional dependency (the ``distributed`` extra): imported only here.
         from comprl_gym.distributed.cluster import RayCluster
-        from comprl_gym.distributed.env_pool import EnvPool, GymEnvFactory
+        from comprl_gym.distributed.env_pool import EnvPool, ExperienceEnvFactory, GymEnvFactory
 
         cfg = self.config
-        if self.uses_experience:
-            raise ConfigurationError(
-                f"{self.algorithm} with distributed.enabled needs the experience service "
-                "(the env workers' experience wrapper); this build has the env pool only"
-            )
         if cfg.env_url:
             raise ConfigurationError("env_url and distributed.enabled: choose one way to env")
+        env_kwargs = ({"max_steps": cfg.max_episode_steps}, dict(cfg.env_kwargs))
+        factory: GymEnvFactory = GymEnvFactory(*env_kwargs)
+        if self.uses_experience:
+            self._check_distributed_experience()
+            factory = ExperienceEnvFactory(
+                *env_kwargs,
+                service_name=cfg.distributed.experience_service_name,
+                inject_top_k=cfg.experience.inject_top_k,
+                search_budget=cfg.experience.search_and_ask_budget,
+            )
         self.cluster = RayCluster(cfg.distributed).start()
-        factory = GymEnvFactory({"max_steps": cfg.max_episode_steps}, dict(cfg.env_kwargs))
-        self.env_pool = EnvPool(cfg.distributed, factory)
+        try:
+            self.env_pool = EnvPool(cfg.distributed, factory)
+        except Exception:
+            self.cluster.shutdown()
+            raise
+
+    def _data_parallel(self, optimizer: PolicyOptimizer) -> Any:
+        """``optimizer``'s updates over ``distributed.trainer_ranks`` Ray actors (itself for
+        one rank); the cluster is up (:meth:`_start_distributed` ran first)."""
+        from comprl_gym.distributed.data_parallel import data_parallel
+
+        return data_parallel(optimizer, self.config.distributed)
+
+    def _check_distributed_experience(self) -> None:
+        """What an experience trainer needs on Ray: the shared experience service, and no
+        ``search_and_ask`` (its refiner is the extractor model, which lives in the driver; an
+        env worker cannot call it)."""
+        cfg = self.config
+        if not cfg.distributed.experience_service:
+            raise ConfigurationError(
+                f"{self.algorithm} with distributed.enabled needs distributed.experience_service"
+                ": true (the env workers and the extractor share the store through it)"
+            )
+        if cfg.experience.search_and_ask_budget > 0:
+            raise ConfigurationError(
+                f"{self.algorithm} with distributed.enabled: set "
+                "experience.search_and_ask_budget: 0 (search_and_ask is answered by the "
+                "extractor model in the trainer process, which the env workers cannot reach)"
+            )
 
     # ------------------------------------------------------------------ experience side
     @property
@@ -195,12 +231,29 @@ class Trainer:
         return Path(self.config.experience.store_dir or self.output_dir / "experience")
 
     def _open_manager(self) -> Any:
+        """The store's manager: in this process, or on Ray the named experience service (its
+        client has the manager's methods) that the env workers share."""
         from comprl_gym.experience import ExperienceManager
 
         settings = self.config.experience
         # ExperienceSettings is an ExperienceConfig: the manager reads its knobs directly.
         config = replace(settings, seed=self.config.seed)
+        if self.env_pool is not None:
+            from comprl_gym.distributed.experience_service import start_experience_service
+
+            return start_experience_service(
+                self.store_dir, config, distributed=self.config.distributed
+            )
         return ExperienceManager(str(self.store_dir), config=config)
+
+    def _close_manager(self) -> None:
+        """Close the store (and end the experience service on Ray)."""
+        if self.env_pool is not None:
+            from comprl_gym.distributed.experience_service import stop_experience_service
+
+            stop_experience_service(self.manager)
+        else:
+            self.manager.close()
 
     def _build_experience(self) -> None:
         cfg = self.config
@@ -218,6 +271,8 @@ class Trainer:
         backend = TransformersBackend(
             model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
         )
+        if cfg.distributed.enabled and self.trains_extractor:
+            optimizer = self._data_parallel(optimizer)
         self.manager = self._open_manager()
         self._warm_up_embedder()
         self.extractor = ExperienceExtractor(
@@ -311,7 +366,10 @@ class Trainer:
     def _env_key(self, env_id: str, with_experience: bool, evaluation: bool) -> Any:
         from comprl_gym.distributed.env_pool import EnvKey
 
-        return EnvKey(env_id, with_experience, evaluation)
+        # Training envs carry the warm-up switch (Trainer._set_retrieval) in their key: the
+        # workers build one env per setting, as _apply_retrieval sets a local one.
+        retrieval = self._retrieval or not with_experience or evaluation
+        return EnvKey(env_id, with_experience, evaluation, retrieval)
 
     def _wrap_with_experience(self, env: Any, report_outcomes: bool) -> Any:
         from comprl_gym.wrappers import ExperienceAugmentedEnv
@@ -750,7 +808,7 @@ class Trainer:
         }
         self.actor.load_state_dict(state["actor"])
         if self.extractor is not None and "extractor" in state:
-            self.manager.close()
+            self._close_manager()
             self.checkpoints.restore_store(data["step"], self.store_dir)
             self.manager = self._open_manager()
             self.extractor.manager = self.manager
@@ -771,7 +829,10 @@ class Trainer:
             env.close()
         self._envs.clear()
         if self.manager is not None:
-            self.manager.close()
+            self._close_manager()
+        for optimizer in (self.actor, getattr(self.extractor, "optimizer", None)):
+            if hasattr(optimizer, "close"):  # data-parallel ranks (Ray actors)
+                optimizer.close()
         self.metrics.close()
         # An engine with its own copy of the weights (vLLM) holds memory of its own; the
         # transformers backend shares the actor's module, which outlives the trainer.
