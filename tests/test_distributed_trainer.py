@@ -18,6 +18,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import ray  # noqa: E402
 
 from comprl_gym.core import ConfigurationError  # noqa: E402
+from comprl_gym.experience import ExperienceManager  # noqa: E402
 from comprl_gym.trainers import TrainConfig, make_trainer  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -134,6 +135,12 @@ def _run_complementary(output_dir, **overrides):
         seed=4,  # a seed whose second iteration has a learning signal (an actor step)
         **overrides,
     )
+    # A store that is not empty from the start: warm-up must retrieve nothing from it.
+    with ExperienceManager(str(output_dir / "experience"), config=config.experience) as store:
+        store.add(
+            ["## Title: Stairs\n## Description: rooms\n## Content: walk to the '>'"],
+            env_family="minihack",
+        )
     trainer = make_trainer(config)
     played = []
     original_play = trainer.play
@@ -197,8 +204,8 @@ def test_a_complementary_run_on_ray_is_the_local_run(tmp_path):
     )
     played, actor, extractor, tallies, records, ranks, session = remote
     assert local[5] is None
-    # warm-up: nothing retrieved although the store is empty only at its start; then the
-    # with-experience half retrieves what warm-up wrote
+    # warm-up: nothing retrieved from the seeded store; then the with-experience half
+    # retrieves (what warm-up wrote or the seeded experience)
     assert all(not exp_ids for *_, exp_ids, _ in played[0])
     with_half = [p for p in played[1] if p[2]]
     assert with_half and all(p[5] for p in with_half)
