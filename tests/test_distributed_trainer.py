@@ -1,7 +1,8 @@
 """``distributed.enabled``: the same seeded GRPO run with its envs on Ray env workers (a local
 one-node cluster the trainer starts itself) is the same run as in one process: the same
 episodes, metrics and updated weights; the cluster listens on loopback and is gone after
-``close()``."""
+``close()``. So is a Complementary RL run with the shared experience service and data-parallel
+updates (same episodes, store tallies and weights)."""
 
 from __future__ import annotations
 
