@@ -24,6 +24,7 @@ import pytest
 
 import comprl_gym  # noqa: F401  (registers the comprl/ envs)
 from comprl_gym.distributed import DistributedConfig
+from comprl_gym.distributed.cluster import loopback_only, remote_capable
 from comprl_gym.distributed.experience_service import (
     ExperienceClient,
     ExperienceServer,
@@ -96,6 +97,7 @@ def ray_cluster():
     ``address="local"`` and a private temp dir: never join (or disturb) another Ray cluster
     running on this machine."""
     temp_dir = tempfile.mkdtemp(prefix="rx-", dir="/tmp")  # short: Ray's socket paths
+    loopback_only()  # bind and advertise 127.0.0.1 only
     ray.init(
         address="local",
         _temp_dir=temp_dir,
@@ -108,6 +110,7 @@ def ray_cluster():
     )
     yield
     ray.shutdown()
+    remote_capable()
     deadline = time.time() + 30
     while time.time() < deadline and _ray_processes(temp_dir):
         time.sleep(0.5)

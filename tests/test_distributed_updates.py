@@ -8,7 +8,6 @@ batch from the same weights and optimiser state.
 from __future__ import annotations
 
 import copy
-import os
 import random
 
 import pytest
@@ -16,10 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
 
-from ray._private import ray_constants  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from comprl_gym.core import ConfigurationError  # noqa: E402
+from comprl_gym.distributed.cluster import loopback_only, remote_capable  # noqa: E402
 from comprl_gym.distributed.config import DistributedConfig  # noqa: E402
 from comprl_gym.distributed.data_parallel import (  # noqa: E402
     DataParallelOptimizer,
@@ -38,10 +37,7 @@ TOLERANCE = 1e-5
 @pytest.fixture(scope="module")
 def ray_cluster():
     """Two CPU nodes on 127.0.0.1; nothing of it survives the module."""
-    # Ray >= 2.50 binds the node's default-route IP; with its multi-node switch off it binds
-    # and advertises 127.0.0.1 (read once at import, hence the constant as well).
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    loopback_only()  # Ray >= 2.50 would bind the node's default-route IP
     # Two logical CPUs per node: a finished group's ranks may still hold theirs while the
     # next group starts (each rank gets one thread either way).
     node = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
@@ -55,8 +51,7 @@ def ray_cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
-        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-        ray_constants.ENABLE_RAY_CLUSTER = True
+        remote_capable()
 
 
 def make_batch(seed: int, vocab: int = 300) -> list[TrainSample]:

@@ -43,7 +43,20 @@ def loopback_only() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-def _remote_capable() -> None:
+def actor_options(resources: dict[str, float]) -> dict[str, Any]:
+    """Ray ``.options()`` from a ``distributed.*_resources`` map: ``num_cpus``/``num_gpus``/
+    ``memory`` as they are, any other key as a custom resource.
+
+    Example:
+        >>> actor_options({"num_cpus": 1, "accelerator_h100": 1})
+        {'num_cpus': 1, 'resources': {'accelerator_h100': 1}}
+    """
+    named = {k: v for k, v in resources.items() if k in ("num_cpus", "num_gpus", "memory")}
+    custom = {k: v for k, v in resources.items() if k not in named}
+    return {**named, **({"resources": custom} if custom else {})}
+
+
+def remote_capable() -> None:
     """Undo :func:`loopback_only` before joining a real multi-node cluster."""
     os.environ.pop(_LOOPBACK_SWITCH, None)
     ray_constants.ENABLE_RAY_CLUSTER = True
@@ -89,7 +102,7 @@ class RayCluster:
             )
         else:
             if self.config.address.split(":")[0] not in ("auto", "127.0.0.1", "localhost"):
-                _remote_capable()
+                remote_capable()
             kwargs["address"] = self.config.address
         ray.init(**kwargs)
         self._started = True

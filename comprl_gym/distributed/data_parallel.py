@@ -81,6 +81,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import fully_shard
 
 from comprl_gym.core import ConfigurationError
+from comprl_gym.distributed.cluster import actor_options
 from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.trainers.config import ModelSettings
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample, load_causal_lm
@@ -331,16 +332,6 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
-def _ray_options(resources: dict[str, float]) -> dict[str, Any]:
-    """``trainer_resources`` as actor options: num_cpus/num_gpus/memory, the rest custom."""
-    known = {"num_cpus", "num_gpus", "memory"}
-    options: dict[str, Any] = {k: v for k, v in resources.items() if k in known}
-    custom = {k: v for k, v in resources.items() if k not in known}
-    if custom:
-        options["resources"] = custom
-    return options
-
-
 class DataParallelOptimizer:
     """A :class:`PolicyOptimizer` whose ``update`` runs over ``config.trainer_ranks`` Ray actors.
 
@@ -363,7 +354,7 @@ class DataParallelOptimizer:
         self.config = config
         self.world_size = config.trainer_ranks
         remote = ray.remote(max_restarts=0)(UpdateRank)
-        options = _ray_options(config.trainer_resources)
+        options = actor_options(config.trainer_resources)
         # SPREAD: on a multi-node cluster the ranks land on different nodes when they can.
         self.ranks = [
             remote.options(**options, scheduling_strategy="SPREAD").remote(

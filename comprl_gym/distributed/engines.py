@@ -38,7 +38,7 @@ from typing import Any
 import ray
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.distributed.cluster import wait_for_actors
+from comprl_gym.distributed.cluster import actor_options, wait_for_actors
 from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.llm.base import Generation, LLMBackend, SamplingParams
 from comprl_gym.llm.models import resolve_model
@@ -104,7 +104,7 @@ class EngineGroup(LLMBackend):
         self.model_name = str(path)
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         actor = ray.remote(InferenceEngine).options(
-            max_restarts=config.max_restarts, **config.engine_resources
+            max_restarts=config.max_restarts, **actor_options(config.engine_resources)
         )
         self.engines = [
             actor.remote(str(path), seed, max_model_len, engine_kwargs)

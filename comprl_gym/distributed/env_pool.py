@@ -50,7 +50,7 @@ import gymnasium as gym
 import ray
 from ray.exceptions import RayActorError
 
-from comprl_gym.distributed.cluster import wait_for_actors
+from comprl_gym.distributed.cluster import actor_options, wait_for_actors
 from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.distributed.experience_service import connect_experience_service
 from comprl_gym.rollouts import EnvLost, ResetResult, StepResult
@@ -245,7 +245,7 @@ class EnvPool:
             max_restarts=config.max_restarts,
             # A step retried on a restarted worker finds no token and answers "lost" at once.
             max_task_retries=config.max_restarts,
-            **config.env_worker_resources,
+            **actor_options(config.env_worker_resources),
         )
         factory = env_factory or GymEnvFactory()
         self.workers = [actor.remote(factory, i) for i in range(config.env_workers)]

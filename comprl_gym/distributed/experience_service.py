@@ -421,20 +421,14 @@ class RayTransport:
         return ray.get(self.actor.pid.remote())
 
 
-def actor_options(resources: dict[str, float]) -> dict[str, Any]:
-    """Ray ``.options()`` from a resource map: ``num_cpus``/``num_gpus``/``memory`` as they
-    are, any other key as a custom resource."""
-    named = {k: v for k, v in resources.items() if k in ("num_cpus", "num_gpus", "memory")}
-    custom = {k: v for k, v in resources.items() if k not in named}
-    return {**named, **({"resources": custom} if custom else {})}
-
-
 def experience_actor_options(dist: DistributedConfig) -> dict[str, Any]:
     """The Ray ``.options()`` of the experience actor (call inside an initialised Ray): named,
     restarted ``max_restarts`` times, every call retried (writes are idempotent), threaded,
     pinned to this node unless the store is on shared storage."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from comprl_gym.distributed.cluster import actor_options  # imports ray: Ray callers only
 
     dist.validate()
     options: dict[str, Any] = {
