@@ -116,3 +116,15 @@ def assert_listens_on_loopback_only(pids: set[int]) -> None:
     for address in addresses:
         ip = ipaddress.ip_address(address)
         assert (getattr(ip, "ipv4_mapped", None) or ip).is_loopback, f"listens on {address}"
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test. The box is shared: one torch thread is far faster
+    than two under contention."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -21,6 +21,7 @@ import uuid
 import gymnasium as gym
 import numpy as np
 import pytest
+from test_experience_manager import LESSONS as MANAGER_LESSONS
 
 import comprl_gym  # noqa: F401  (registers the comprl/ envs)
 from comprl_gym.distributed import DistributedConfig
@@ -48,16 +49,7 @@ from comprl_gym.wrappers import ExperienceAugmentedEnv
 
 ray = pytest.importorskip("ray", reason="the distributed extra (ray) is not installed")
 
-LESSONS = {
-    "minihack": [
-        "## Title: Find the stairs\n## Description: MiniHack rooms\n## Content: Look for the '>' staircase and walk straight to it.",
-        "## Title: Avoid monsters\n## Description: rooms with monsters\n## Content: Step around adjacent monsters or fight when cornered.",
-    ],
-    "alfworld": [
-        "## Title: Heat food\n## Description: heating tasks\n## Content: Take the food, go to the microwave, heat it, then place it.",
-        "## Title: Search receptacles\n## Description: finding objects\n## Content: Open drawers and cabinets one by one until the object appears.",
-    ],
-}
+LESSONS = {family: MANAGER_LESSONS[family] for family in ("minihack", "alfworld")}
 #: Fields that depend on the wall clock, not on the operations (retrieval counts are buffered
 #: and flushed on a timer).
 CLOCK_FIELDS = ("created_at", "updated_at", "last_retrieved_at", "retrieval_count")

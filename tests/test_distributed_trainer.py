@@ -22,17 +22,9 @@ from comprl_gym.core import ConfigurationError  # noqa: E402
 from comprl_gym.experience import ExperienceManager  # noqa: E402
 from comprl_gym.trainers import TrainConfig, make_trainer  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 ENV_IDS = ["comprl/MiniHack-Room-5x5-v0", "comprl/WebShop-v0"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _config(output_dir, algorithm="grpo", **overrides):

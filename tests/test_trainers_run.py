@@ -17,13 +17,8 @@ from comprl_gym.trainers import TrainConfig, make_trainer  # noqa: E402
 ENV_IDS = ["comprl/MiniHack-Room-5x5-v0", "comprl/WebShop-v0"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The box is shared: one torch thread is far faster than two under contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: The box is shared: one torch thread is far faster than two under contention.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _config(tmp_path, algorithm, **overrides):

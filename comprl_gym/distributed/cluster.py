@@ -130,29 +130,40 @@ class RayCluster:
 
 
 def wait_for_actors(
-    calls: list[Any], what: str, resources: dict[str, float], timeout_s: float
+    actors: list[Any],
+    what: str,
+    resources: dict[str, float],
+    timeout_s: float,
+    first_call: str = "place",
 ) -> list[Any]:
-    """``ray.get`` the first calls of a group of new actors; fail clearly where they cannot
-    all be placed (Ray would wait forever for resources the cluster does not have).
+    """Call ``first_call`` on each actor of a new group and ``ray.get`` the answers; fail
+    clearly where they cannot all be placed (Ray would wait forever for resources the cluster
+    does not have), and then kill the whole group (none of it started: nothing to close).
 
     The check up front catches a group larger than the whole cluster; the timeout catches one
     that does not fit beside the actors already running.
     """
-    total = ray.cluster_resources()
-    key_of = {"num_cpus": "CPU", "num_gpus": "GPU"}
-    for name, amount in resources.items():
-        need = amount * len(calls)
-        have = total.get(key_of.get(name, name), 0.0)
-        if need > have:
-            raise ConfigurationError(
-                f"{len(calls)} {what} ask for {need:g} {name} in all; the whole cluster has "
-                f"{have:g}: lower their number or their resources, or add nodes"
-            )
     try:
-        return ray.get(calls, timeout=timeout_s)
-    except GetTimeoutError as exc:
-        raise ConfigurationError(
-            f"{len(calls)} {what} (each {resources}) did not all start within {timeout_s:.0f} s; "
-            f"free now: {ray.available_resources()}: give the cluster more resources, fewer "
-            "actors or distributed.actor_start_timeout_s"
-        ) from exc
+        total = ray.cluster_resources()
+        key_of = {"num_cpus": "CPU", "num_gpus": "GPU"}
+        for name, amount in resources.items():
+            need = amount * len(actors)
+            have = total.get(key_of.get(name, name), 0.0)
+            if need > have:
+                raise ConfigurationError(
+                    f"{len(actors)} {what} ask for {need:g} {name} in all; the whole cluster "
+                    f"has {have:g}: lower their number or their resources, or add nodes"
+                )
+        calls = [getattr(actor, first_call).remote() for actor in actors]
+        try:
+            return ray.get(calls, timeout=timeout_s)
+        except GetTimeoutError as exc:
+            raise ConfigurationError(
+                f"{len(actors)} {what} (each {resources}) did not all start within "
+                f"{timeout_s:.0f} s; free now: {ray.available_resources()}: give the cluster "
+                "more resources, fewer actors or distributed.actor_start_timeout_s"
+            ) from exc
+    except Exception:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        raise

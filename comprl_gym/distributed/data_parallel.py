@@ -81,7 +81,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import fully_shard
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.distributed.cluster import actor_options
+from comprl_gym.distributed.cluster import actor_options, wait_for_actors
 from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.trainers.config import ModelSettings
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample, load_causal_lm
@@ -365,17 +365,15 @@ class DataParallelOptimizer:
             )
             for _ in range(self.world_size)
         ]
-        try:
-            # Every rank must start before any can join: a rank Ray cannot place (too few
-            # CPUs/GPUs for trainer_resources) would otherwise hang the group forever.
-            ray.get([rank.master_address.remote() for rank in self.ranks], timeout=start_timeout_s)
-        except ray.exceptions.GetTimeoutError as exc:
-            self.close()
-            raise ConfigurationError(
-                f"the {self.world_size} trainer ranks did not start within {start_timeout_s:.0f}"
-                f" s: does the cluster have {self.world_size} x {config.trainer_resources} free?"
-            ) from exc
-        address, port = ray.get(self.ranks[0].master_address.remote())
+        # Every rank must start before any can join: a rank Ray cannot place (too few
+        # CPUs/GPUs for trainer_resources) would otherwise hang the group forever.
+        address, port = wait_for_actors(
+            self.ranks,
+            "trainer ranks",
+            config.trainer_resources,
+            start_timeout_s,
+            first_call="master_address",
+        )[0]
         ray.get(
             [
                 rank.join.remote(index, self.world_size, address, port)

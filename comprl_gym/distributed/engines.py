@@ -110,18 +110,9 @@ class EngineGroup(LLMBackend):
             actor.remote(str(path), seed, max_model_len, engine_kwargs)
             for _ in range(config.inference_engines)
         ]
-        try:
-            wait_for_actors(
-                [e.place.remote() for e in self.engines],
-                "inference engines",
-                config.engine_resources,
-                config.actor_start_timeout_s,
-            )
-        except Exception:
-            for actor_handle in self.engines:  # not started: nothing to close gracefully
-                ray.kill(actor_handle, no_restart=True)
-            self.engines = []
-            raise
+        wait_for_actors(
+            self.engines, "inference engines", config.engine_resources, config.actor_start_timeout_s
+        )
         #: Versions of the weights each engine serves (0: as loaded).
         self.weight_versions = [0] * len(self.engines)
         self._next = 0  # the engine that takes the first part of the next batch

@@ -249,18 +249,9 @@ class EnvPool:
         )
         factory = env_factory or GymEnvFactory()
         self.workers = [actor.remote(factory, i) for i in range(config.env_workers)]
-        try:
-            wait_for_actors(
-                [w.place.remote() for w in self.workers],
-                "env workers",
-                config.env_worker_resources,
-                config.actor_start_timeout_s,
-            )
-        except Exception:
-            for actor_handle in self.workers:  # not started: nothing to close gracefully
-                ray.kill(actor_handle, no_restart=True)
-            self.workers = []
-            raise
+        wait_for_actors(
+            self.workers, "env workers", config.env_worker_resources, config.actor_start_timeout_s
+        )
 
     @property
     def capacity(self) -> int:
