@@ -44,6 +44,22 @@ def test_batched_generation_returns_tokens_and_true_logprobs(engine, hf_model):
     assert len({tuple(g.completion_token_ids) for g in same}) > 1
 
 
+def test_an_agents_successive_calls_never_reuse_a_requests_seed(engine):
+    """One task played by many episodes sends the same prompt in every request. Request i+1 of
+    one call and request i of the next must not draw the same random numbers: with seeds
+    ``seed + call`` (+ the backend's ``+ index``) they did, and the episodes played shifted
+    copies of each other."""
+    from comprl_gym.agents.llm_agent import LLMAgentConfig
+
+    config = LLMAgentConfig(max_tokens=6, temperature=1.0, seed=0)
+    first, second = (
+        [tuple(g.completion_token_ids) for g in engine.generate(["hello"] * 4, config.sampling(c))]
+        for c in (0, 1)
+    )
+    assert len(set(first)) == 4 and len(set(second)) == 4
+    assert not set(first) & set(second)
+
+
 def test_pushed_weights_change_the_logprobs(engine, hf_model):
     params = SamplingParams(max_tokens=5, temperature=0)
     before = engine.generate(PROMPTS[:2], params)

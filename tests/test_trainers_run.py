@@ -282,11 +282,12 @@ def test_a_trainer_on_served_envs_learns_as_it_does_in_process(tmp_path):
         ]
         return records, summary["evaluation"]
 
-    local = run("local")
+    # Groups of 4: enough rollouts that some group differs in outcome (a signal to train on).
+    local = run("local", group_size=4)
     served_kwargs = {env_id: {"max_steps": 2} for env_id in ENV_IDS}
     app = make_app(ENV_IDS, max_sessions=64, env_kwargs=served_kwargs)
     with serve_in_background(app) as server:
-        remote = run("remote", env_url=server.url)
+        remote = run("remote", env_url=server.url, group_size=4)
         closed = time.monotonic() + 10
         while server.active_sessions and time.monotonic() < closed:
             time.sleep(0.1)

@@ -200,13 +200,33 @@ def extract_action(text: str, admissible: list[str] | None = None) -> ExtractedA
 # --------------------------------------------------------------------------------------------
 # The agent
 # --------------------------------------------------------------------------------------------
+def call_seed(seed: int, call_index: int) -> int:
+    """The sampling seed of an agent's ``call_index``-th batched call: a 62-bit hash
+    (splitmix64) of the two. Each backend seeds request i of a batch with ``seed + i``, so the
+    seeds of two calls must lie far apart, in their low 32 bits too (all that torch's CPU
+    generator keeps: ``manual_seed(1)`` and ``manual_seed(1 + 2**32)`` draw alike); two hashed
+    calls' ranges of n requests meet with a chance of about 2n / 2**32. Consecutive call seeds
+    once made request i+1 of one call and request i of the next draw the same numbers: episodes
+    of one task played shifted copies of each other's moves.
+
+    Example:
+        >>> len({call_seed(0, c) % 2**32 for c in range(10_000)})  # no two alike in 32 bits
+        10000
+    """
+    x = (seed * 1_000_003 + call_index + 0x9E3779B97F4A7C15) % 2**64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
+    return (x ^ (x >> 31)) % 2**62
+
+
 @dataclass
 class LLMAgentConfig:
     """Settings of an :class:`LLMAgent`.
 
     Attributes:
         temperature, top_p, max_tokens: sampling of each reply (``temperature=0`` is greedy).
-        seed: sampling seed (each call uses ``seed + call index``); ``None`` = not reproducible.
+        seed: sampling seed (call c is seeded with :func:`call_seed` of it and c; a backend adds
+            i for request i of the batch); ``None`` = not reproducible.
         prompt: how prompts are rendered (history window, think, answer style, prefill...).
         stop: extra stop strings (the answer format adds its own: ``</action>`` or a newline
             after ``Action number:``).
@@ -223,7 +243,7 @@ class LLMAgentConfig:
     fallback_action: str = "look"
 
     def sampling(self, call_index: int, stop: tuple[str, ...] = ()) -> SamplingParams:
-        seed = None if self.seed is None else self.seed * 1_000_003 + call_index
+        seed = None if self.seed is None else call_seed(self.seed, call_index)
         max_tokens = self.max_tokens * (4 if self.prompt.think else 1)
         return SamplingParams(
             max_tokens=max_tokens,
