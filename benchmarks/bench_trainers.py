@@ -260,21 +260,32 @@ METHODS = ("untrained", "grpo", "static_experience", "experience_only", "complem
 
 
 def paper_table(args: argparse.Namespace) -> dict:
-    """Train every method from one config with the same seeds and budget; evaluate all alike."""
+    """Train every method from one config with the same seeds and budget; evaluate all alike.
+
+    Seeds are the outer loop, so a run cut short has every method for the seeds it finished.
+    The table is rewritten after every run; with ``--resume`` a run whose ``summary.json``
+    (written by the trainer at its end) is already in ``--output-dir`` is read, not repeated.
+    """
     import torch
 
-    from comprl_gym.evaluation.stats import seed_summary
     from comprl_gym.trainers import TrainConfig, make_trainer
+    from comprl_gym.utils import atomic_write_json
 
     torch.set_num_threads(args.threads)
-    outcomes: dict[str, dict[str, dict[str, dict[int, list[float]]]]] = {}
     runs: dict[str, dict[int, dict]] = {}
-    for method in args.methods:
-        for seed in args.seeds:
+    result: dict = {}
+    for seed in args.seeds:
+        for method in args.methods:
+            run_dir = Path(args.output_dir) / f"{method}-seed{seed}"
+            done = run_dir / "summary.json"
+            if args.resume and done.exists():
+                runs.setdefault(method, {})[seed] = json.loads(done.read_text())
+                print(f"{method} seed {seed}: read {done}", flush=True)
+                continue
             overrides = [
                 f"algorithm={'grpo' if method == 'untrained' else method}",
                 f"seed={seed}",
-                f"output_dir={Path(args.output_dir) / f'{method}-seed{seed}'}",
+                f"output_dir={run_dir}",
                 "resume=false",
                 *args.set,
             ]
@@ -282,19 +293,33 @@ def paper_table(args: argparse.Namespace) -> dict:
             trainer = make_trainer(config)
             try:
                 if method == "untrained":
+                    started = time.perf_counter()
                     summary = {"evaluation": trainer.evaluate(), "train_time_s": 0.0}
+                    summary["times"] = {"evaluation_s": time.perf_counter() - started}
+                    atomic_write_json(done, summary)
                 else:
                     summary = trainer.train()
             finally:
                 trainer.close()
             runs.setdefault(method, {})[seed] = summary
+            print(f"{method} seed {seed}: {summary['evaluation']}", flush=True)
+            result = _write_paper_table(args, runs)
+    return result or _write_paper_table(args, runs)
+
+
+def _write_paper_table(args: argparse.Namespace, runs: dict[str, dict[int, dict]]) -> dict:
+    """The table of the runs finished so far (pooled Wilson, per-seed rates), JSON and PNG."""
+    from comprl_gym.evaluation.stats import seed_summary
+
+    outcomes: dict[str, dict[str, dict[str, dict[int, list[float]]]]] = {}
+    for method, by_seed in runs.items():
+        for seed, summary in by_seed.items():
             for env_id, row in summary["evaluation"].items():
-                for mode, cell in row.items():
-                    wins = round(cell["success"] * cell["episodes"])
-                    outcome = [1.0] * wins + [0.0] * (cell["episodes"] - wins)
+                # In one order, whichever way the summary was read (summary.json sorts keys).
+                for mode in (m for m in ("without_experience", "with_experience") if m in row):
+                    outcome = [float(w) for w in row[mode]["won"]]
                     per_env = outcomes.setdefault(method, {}).setdefault(env_id, {})
                     per_env.setdefault(mode, {})[seed] = outcome
-            print(f"{method} seed {seed}: {summary['evaluation']}", flush=True)
     table = []
     for method, per_env in outcomes.items():
         for env_id, modes in per_env.items():
@@ -306,7 +331,9 @@ def paper_table(args: argparse.Namespace) -> dict:
                         "env_id": env_id,
                         "mode": mode,
                         "paper": PAPER_TABLE.get((method, mode)),
-                        "train_time_s": [runs[method][s]["train_time_s"] for s in args.seeds],
+                        "train_time_s": [
+                            runs[method][s]["train_time_s"] for s in sorted(runs[method])
+                        ],
                         **summary,
                     }
                 )
@@ -323,7 +350,8 @@ def paper_table(args: argparse.Namespace) -> dict:
         paper = "" if row["paper"] is None else f"{row['paper']:.2f}"
         print(
             f"| {row['method']} | {row['env_id'].split('/')[-1]} | {row['mode']} | "
-            f"{pooled['mean']:.2f} [{pooled['low']:.2f}, {pooled['high']:.2f}] | {seeds} | {paper} |"
+            f"{pooled['mean']:.2f} [{pooled['low']:.2f}, {pooled['high']:.2f}] | {seeds} | {paper} |",
+            flush=True,
         )
     return result
 
@@ -431,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=str(RESULTS / "paper_table.json"))
     p.add_argument("--output-dir", default=tempfile.mkdtemp(prefix="bench-paper-table-"))
+    p.add_argument(
+        "--resume", action="store_true", help="read finished runs from --output-dir, run the rest"
+    )
     args = parser.parse_args(argv)
     {"throughput": throughput, "learning": learning, "paper-table": paper_table}[args.what](args)
     return 0

@@ -18,6 +18,10 @@ def test_paper_table_trains_every_method_alike_and_reports_intervals(tmp_path):
     tiny = [
         "actor.model=tiny",
         "extractor.model=tiny",
+        # the tiny model has 2 blocks (the config adapts the top 8 of SmolLM2's 30)
+        "actor.lora.enabled=false",
+        "extractor.lora.enabled=false",
+        "rollout_backend=transformers",
         "iterations=1",
         "eval_tasks=2",
         "max_episode_steps=2",
@@ -63,3 +67,10 @@ def test_paper_table_trains_every_method_alike_and_reports_intervals(tmp_path):
         assert row["pooled"]["method"] == "wilson"
         assert 0.0 <= row["pooled"]["low"] <= row["pooled"]["mean"] <= row["pooled"]["high"] <= 1
     assert out.with_suffix(".png").stat().st_size > 0
+    # --resume reads every finished run back instead of training it again: the same table.
+    again = subprocess.run(
+        [*command, "--resume"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count(": read ") == 10  # 5 methods x 2 seeds
+    assert json.loads(out.read_text())["table"] == table
