@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded defaults: a short Complementary RL run (SmolLM2-135M as actor
-# and extractor, generated MiniHack tasks) ending with a before/after, with/without-experience table.
-# About 7 minutes on 2 quiet cores (20-30 when shared). Rerunning continues from the last checkpoint in runs/demo.
+# and extractor, a generated MiniHack corridor) ending with a before/after, with/without-experience
+# table of held-out success. About 14 minutes on 2 cores after the install
+# (benchmarks/results/demo.json). Rerunning continues from the last checkpoint in runs/demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh

@@ -307,6 +307,30 @@ def test_full_action_set_gets_unique_names():
     env.close()
 
 
+def test_generated_north_corridor_is_the_layout_its_des_file_draws():
+    """``Corridor-North-4`` (envs/minihack/layouts.py), the demo task: whatever the seed, the
+    staircase is three steps north of a start walled in on both sides; walls cost a step and
+    move nothing; three steps north win."""
+    env = gym.make("comprl/MiniHack-Corridor-North-4-v0", max_steps=5, observation_mode="compact")
+    for seed in range(6):
+        obs, _ = env.reset(seed=seed)
+        assert "- staircase down: 3 steps north" in obs.splitlines()
+        assert "Next to you: wall: east, south, west, north-east," in obs  # only north is open
+    env.reset(seed=0)
+    obs, _, terminated, _, info = env.step("east")  # the wall: no move
+    assert not terminated and "- staircase down: 3 steps north" in obs.splitlines()
+    assert info["step"] == 1
+    for last in (False, False, True):
+        obs, reward, terminated, truncated, info = env.step("north")
+        assert terminated == last and not truncated
+    assert info["won"] is True and reward > 0
+    obs, _ = env.reset(seed=1)
+    for _ in range(5):  # never north: the step limit ends it, lost
+        obs, _, terminated, truncated, info = env.step("south")
+    assert truncated and not info["won"]
+    env.close()
+
+
 def test_generated_east_room_is_the_layout_its_des_file_draws():
     """``Room-East-4x3`` (envs/minihack/layouts.py), the demo task: the start row varies with
     the seed, the staircase is always three columns east, and walking there wins."""

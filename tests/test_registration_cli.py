@@ -36,6 +36,7 @@ def test_the_issue_ids_exist():
         "comprl/MiniHack-MultiRoom-N2-v0",
         "comprl/MiniHack-MultiRoom-N4-v0",
         "comprl/MiniHack-Room-East-4x3-v0",  # generated (envs/minihack/layouts.py)
+        "comprl/MiniHack-Corridor-North-4-v0",  # generated, the demo task
         "comprl/MiniHack-v0",
         "comprl/ALFWorld-v0",
         "comprl/WebShop-v0",

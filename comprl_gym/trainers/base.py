@@ -689,8 +689,11 @@ class Trainer:
             disable=not cfg.progress,
         )
         start = time.perf_counter()
+        # Where the wall time went (a resumed run reports only what it ran itself).
+        times: dict[str, float] = {}
         if cfg.eval_before and cfg.eval_tasks > 0 and self.evaluation_before is None:
             self.evaluation_before = self.evaluate(before_training=True)
+            times["evaluation_before_s"] = time.perf_counter() - start
             # On disk at once: the first checkpoint may be iterations away.
             atomic_write_json(self.output_dir / "evaluation_before.json", self.evaluation_before)
         last: dict[str, Any] = {}
@@ -699,16 +702,20 @@ class Trainer:
             bar.set_postfix(success=f"{last['success']:.2f}", wait=f"{last['actor_wait_s']:.2f}s")
             bar.update()
         bar.close()
+        trained = time.perf_counter()
+        times["training_s"] = trained - start - times.get("evaluation_before_s", 0.0)
         if self.worker is not None:
             with self.clock.measure("final_drain"):
                 self.worker.drain()
         self.save_checkpoint()
         evaluation = self.evaluate() if cfg.eval_tasks > 0 else {}
+        times["evaluation_s"] = time.perf_counter() - trained
         summary = {
             "algorithm": self.algorithm,
             "iterations": self.iteration,
             "rollouts": self.rollouts_done,
             "train_time_s": time.perf_counter() - start,
+            "times": times,
             "eval_temperature": cfg.eval_temperature,
             "last": last,
             "evaluation_before": self.evaluation_before or {},

@@ -115,18 +115,23 @@ def plot_learning_curve(
     ax_train.set_title(f"{summary.get('algorithm', '')}: training rollouts")
     ax_train.legend(fontsize=8)
     bars: list[tuple[str, dict[str, Any]]] = []
+    env_ids = {*(summary.get("evaluation_before") or {}), *(summary.get("evaluation") or {})}
+
+    def bar_label(when: str, env_id: str) -> str:
+        # One env: its name goes in the title, the bars say only when (labels stay short).
+        return when if len(env_ids) == 1 else f"{when}\n{env_id.split('/')[-1]}"
+
     for env_id, row in (summary.get("evaluation_before") or {}).items():
-        bars.append((f"before\n{env_id.split('/')[-1]}", row["without_experience"]))
+        bars.append((bar_label("before\ntraining", env_id), row["without_experience"]))
     for env_id, row in (summary.get("evaluation") or {}).items():
         for mode in MODES:
             if mode in row:
-                bars.append(
-                    (f"after, {mode.replace('_', ' ')}\n{env_id.split('/')[-1]}", row[mode])
-                )
-    for x, (label, result) in enumerate(bars):
+                when = f"after, {mode.replace('_experience', '')}\nexperience"
+                bars.append((bar_label(when, env_id), row[mode]))
+    for x, (name, result) in enumerate(bars):
         ci = result.get("success_ci", {})
         low, high = ci.get("low", result["success"]), ci.get("high", result["success"])
-        ax_eval.bar(x, result["success"], color="C7" if label.startswith("before") else "C0")
+        ax_eval.bar(x, result["success"], color="C7" if name.startswith("before") else "C0")
         ax_eval.errorbar(
             x,
             result["success"],
@@ -134,11 +139,12 @@ def plot_learning_curve(
             color="black",
             capsize=4,
         )
-    ax_eval.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=7)
+    ax_eval.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=7)
     ax_eval.set_ylim(0, 1)
     ax_eval.set_ylabel("held-out success (95% Wilson)")
     episodes = bars[0][1].get("episodes", "?") if bars else "?"
-    ax_eval.set_title(f"held-out tasks, {episodes} episodes each")
+    where = f"{next(iter(env_ids)).split('/')[-1]}\n" if len(env_ids) == 1 else ""
+    ax_eval.set_title(f"{where}held-out, {episodes} episodes each", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
