@@ -74,3 +74,13 @@ def test_paper_table_trains_every_method_alike_and_reports_intervals(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count(": read ") == 10  # 5 methods x 2 seeds
     assert json.loads(out.read_text())["table"] == table
+
+
+@pytest.mark.parametrize("name", ["paper-table-cpu.yaml", "paper-table-gpu.yaml"])
+def test_paper_table_configs_load_for_every_method(name):
+    """The CPU table and its documented GPU twin load as each trainer the benchmark sets."""
+    from comprl_gym.trainers import TrainConfig
+
+    for algorithm in ("grpo", "static_experience", "experience_only", "complementary"):
+        config = TrainConfig.from_yaml(REPO_ROOT / "configs" / name, [f"algorithm={algorithm}"])
+        assert config.algorithm == algorithm and config.eval_tasks > 0
