@@ -45,6 +45,16 @@ def _phase_totals(metrics: list[dict]) -> dict[str, float]:
     return {name: round(sum(m.get(key, 0.0) for m in metrics), 1) for name, key in keys.items()}
 
 
+def _cell(result: dict) -> dict:
+    """One evaluation row: its rate, Wilson bounds and mean episode length."""
+    return {
+        "success": result["success"],
+        "ci_low": result["success_ci"]["low"],
+        "ci_high": result["success_ci"]["high"],
+        "mean_steps": result["steps"],
+    }
+
+
 def summarise(
     run_dir: Path, wall_s: float | None, load: dict[str, list[float]], config: dict
 ) -> dict:
@@ -56,19 +66,11 @@ def summarise(
         comparison = summary["comparison"][env_id]
         with_exp = comparison["with_experience"]
 
-        def cell(result: dict) -> dict:
-            return {
-                "success": result["success"],
-                "ci_low": result["success_ci"]["low"],
-                "ci_high": result["success_ci"]["high"],
-                "mean_steps": result["steps"],
-            }
-
         envs[env_id] = {
             "episodes": before["episodes"],
-            "before_training": cell(before),
-            "after_without_experience": cell(row["without_experience"]),
-            "after_with_experience": cell(row["with_experience"]),
+            "before_training": _cell(before),
+            "after_without_experience": _cell(row["without_experience"]),
+            "after_with_experience": _cell(row["with_experience"]),
             "difference": with_exp["mean"],
             "difference_ci_low": with_exp["low"],
             "difference_ci_high": with_exp["high"],

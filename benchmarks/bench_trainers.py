@@ -273,7 +273,6 @@ def paper_table(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     runs: dict[str, dict[int, dict]] = {}
-    result: dict = {}
     for seed in args.seeds:
         for method in args.methods:
             run_dir = Path(args.output_dir) / f"{method}-seed{seed}"
@@ -303,8 +302,8 @@ def paper_table(args: argparse.Namespace) -> dict:
                 trainer.close()
             runs.setdefault(method, {})[seed] = summary
             print(f"{method} seed {seed}: {summary['evaluation']}", flush=True)
-            result = _write_paper_table(args, runs)
-    return result or _write_paper_table(args, runs)
+            _write_paper_table(args, runs)  # on disk now: a run cut short keeps what finished
+    return _write_paper_table(args, runs)  # every run, those read back last included
 
 
 def _write_paper_table(args: argparse.Namespace, runs: dict[str, dict[int, dict]]) -> dict:
