@@ -106,6 +106,29 @@ def test_quantised_graph_reranked_in_float32_gives_brute_force_top_k(tmp_path, e
     reopened.close()
 
 
+def test_a_graph_saved_with_other_settings_is_rebuilt_with_the_configs(tmp_path, embedder):
+    """A store saved by the previous default graph (i8, cosine, degree 16) and opened with
+    the current default (inner product, degree 32) gets a graph of the new settings, and
+    finds numpy's top-8 through it (graph settings are fixed at build time, so only a
+    rebuild can apply them)."""
+    previous = ExperienceConfig(hnsw_dtype="i8", hnsw_metric="cos", hnsw_connectivity=16)
+    vectors, queries = clustered(2000), clustered(50, seed=5)
+    with ExperienceStore(tmp_path / "bank", embedder, previous) as store:
+        store.add_texts(texts(2000), vectors=vectors)
+        graph = store.index.indexes[""]
+        assert (str(graph.metric_kind), graph.connectivity) == ("MetricKind.Cos", 16)
+    with ExperienceStore(tmp_path / "bank", embedder, ExperienceConfig()) as store:
+        graph = store.index.indexes[""]
+        assert (str(graph.metric_kind), graph.connectivity, len(graph)) == (
+            "MetricKind.IP",
+            32,
+            2000,
+        )
+        found, _ = store.search(queries, 8, store.family_keys(None))
+    exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :8] + 1
+    assert np.mean([len(set(f) & set(e)) / 8 for f, e in zip(found, exact)]) >= 0.97
+
+
 def test_reopen_keeps_everything_and_index_agrees(tmp_path, embedder):
     path = tmp_path / "bank"
     store = ExperienceStore(path, embedder)

@@ -81,12 +81,15 @@ class ExperienceConfig:
     merge_interval_steps: int = 5
 
     # ---- index and persistence --------------------------------------------------------------
-    #: HNSW graph degree (usearch ``connectivity``).
-    hnsw_connectivity: int = 16
+    #: HNSW graph degree (usearch ``connectivity``). 32 with ``hnsw_expansion_search`` 64, by
+    #: measurement (100k x 384, k=8, batches of 32, 2 cores, i8 graph, x2 re-rank): recall@8
+    #: 0.992 at p50 ~18 ms per batch; degree 16 needed ef 160 for 0.994 (p50 ~32 ms) and
+    #: reached 0.989 at ef 128; degree 24 needed ef 96.
+    hnsw_connectivity: int = 32
     #: Candidate list size while inserting (usearch ``expansion_add``).
     hnsw_expansion_add: int = 128
     #: Candidate list size while searching (usearch ``expansion_search``); raises recall.
-    hnsw_expansion_search: int = 160
+    hnsw_expansion_search: int = 64
     #: Scalar type of the vectors in the HNSW graph: ``"f32"``, ``"f16"`` or ``"i8"``. A
     #: quantised graph is searched for ``rerank_oversample * k`` candidates that are re-ranked
     #: with exact float32 cosine over vectors kept in memory (loaded from SQLite on open).
@@ -98,6 +101,11 @@ class ExperienceConfig:
     hnsw_dtype: str = "i8"
     #: Graph candidates per wanted result when the graph is quantised (1 = no oversampling).
     rerank_oversample: int = 2
+    #: usearch metric of the graph: ``"ip"`` (inner product) or ``"cos"``. Every stored vector
+    #: and query is unit-normalised, so both rank alike; ``"ip"`` skips the two norms of each
+    #: distance: at 100k x 384 on 2 cores its i8 graph was built in 63 s vs 107 s and searched
+    #: 1.4x faster at the same recall. A saved graph built otherwise is rebuilt on open.
+    hnsw_metric: str = "ip"
     #: SQLite ``synchronous`` pragma: FULL survives power loss, NORMAL survives a killed
     #: process (WAL) and is faster.
     sqlite_synchronous: str = "FULL"
@@ -131,6 +139,7 @@ class ExperienceConfig:
             "hnsw_connectivity": self.hnsw_connectivity >= 2,
             "hnsw_expansion_search": self.hnsw_expansion_search >= 1,
             "hnsw_dtype": self.hnsw_dtype in ("f32", "f16", "i8"),
+            "hnsw_metric": self.hnsw_metric in ("ip", "cos"),
             "rerank_oversample": self.rerank_oversample >= 1,
             "max_text_chars": self.max_text_chars >= 16,
             "sqlite_synchronous": self.sqlite_synchronous.upper()

@@ -176,12 +176,28 @@ class FamilyIndexes:
         cfg = self.config
         return usearch.Index(
             ndim=self.dim,
-            metric="cos",
+            metric=cfg.hnsw_metric,
             dtype=cfg.hnsw_dtype,
             connectivity=cfg.hnsw_connectivity,
             expansion_add=cfg.hnsw_expansion_add,
             expansion_search=cfg.hnsw_expansion_search,
         )
+
+    def _graph_settings(self, index: Any | None) -> dict[str, Any]:
+        """The settings fixed when a graph is built, of ``index`` (None: those of the config);
+        a saved graph whose settings differ from the config's is rebuilt on open."""
+        if index is None:
+            cfg = self.config
+            return {
+                "dtype": cfg.hnsw_dtype,
+                "metric": cfg.hnsw_metric,
+                "connectivity": cfg.hnsw_connectivity,
+            }
+        return {
+            "dtype": str(index.dtype).rsplit(".", 1)[-1].lower(),
+            "metric": str(index.metric_kind).rsplit(".", 1)[-1].lower(),
+            "connectivity": int(index.connectivity),
+        }
 
     # ------------------------------------------------------------------ load and reconcile
     def load(
@@ -211,13 +227,14 @@ class FamilyIndexes:
                         raise ValueError(
                             f"dimension {getattr(index, 'ndim', '?')} != store dimension {self.dim}"
                         )
-                    saved_dtype = str(index.dtype).rsplit(".", 1)[-1].lower()
-                    if saved_dtype != self.config.hnsw_dtype:
+                    saved = self._graph_settings(index)
+                    wanted = self._graph_settings(None)
+                    if saved != wanted:
                         logger.info(
-                            "index %s holds %s vectors, the config asks for %s: rebuilding it",
+                            "index %s was built with %s, the config asks for %s: rebuilding it",
                             file,
-                            saved_dtype,
-                            self.config.hnsw_dtype,
+                            saved,
+                            wanted,
                         )
                         index = None
                     else:
