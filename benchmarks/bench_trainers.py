@@ -380,7 +380,9 @@ def _plot_paper_table(result: dict, png: Path) -> None:
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(
         [
-            f"{r['method']}\n{'with' if r['mode'] == 'with_experience' else 'w/o'} exp."
+            # "static_experience" -> "static\nexperience": long names overlap their neighbours
+            f"{r['method'].replace('_', chr(10))}\n"
+            f"{'with' if r['mode'] == 'with_experience' else 'w/o'} exp."
             for r in rows
         ],
         fontsize=7,
