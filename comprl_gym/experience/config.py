@@ -28,7 +28,8 @@ class ExperienceConfig:
     top_k: int = 3
     #: Queries gathered into one embedding + index search call.
     query_batch_size: int = 32
-    #: Longest wait (seconds) after the first queued query before a partial batch is run.
+    #: Longest wait (seconds) after the first queued query before a partial batch is run;
+    #: only while every search worker is busy (a free worker runs what is queued at once).
     query_batch_timeout_s: float = 0.005
     #: Threads that run query batches (embedding and index search) in parallel.
     search_workers: int = 2
@@ -82,9 +83,12 @@ class ExperienceConfig:
 
     # ---- index and persistence --------------------------------------------------------------
     #: HNSW graph degree (usearch ``connectivity``). 32 with ``hnsw_expansion_search`` 64, by
-    #: measurement (100k x 384, k=8, batches of 32, 2 cores, i8 graph, x2 re-rank): recall@8
-    #: 0.992 at p50 ~18 ms per batch; degree 16 needed ef 160 for 0.994 (p50 ~32 ms) and
-    #: reached 0.989 at ef 128; degree 24 needed ef 96.
+    #: measurement (benchmarks/results/experience_retrieval.json: 100k x 384, k=8, batches of
+    #: 32, 2 quiet cores, i8 inner-product graph, x2 re-rank): recall@8 0.992 at p99 23.0 ms,
+    #: 2.15x lower than the previous default (i8 cosine, degree 16, ef 160: 0.995 at 49.5 ms)
+    #: and 3.1x lower than the first (f32 cosine graph); faiss ``IndexHNSWFlat`` M=32
+    #: efSearch=64 reached 0.991 at 21.3 ms in the same run (0.93x our p99). Degree 16 needed
+    #: ef 160 for recall 0.99; a wider ``hnsw_expansion_add`` (256) gained nothing.
     hnsw_connectivity: int = 32
     #: Candidate list size while inserting (usearch ``expansion_add``).
     hnsw_expansion_add: int = 128
@@ -93,11 +97,9 @@ class ExperienceConfig:
     #: Scalar type of the vectors in the HNSW graph: ``"f32"``, ``"f16"`` or ``"i8"``. A
     #: quantised graph is searched for ``rerank_oversample * k`` candidates that are re-ranked
     #: with exact float32 cosine over vectors kept in memory (loaded from SQLite on open).
-    #: i8 by default, measured at 100k x 384, k=8, batches of 32, in one run on the 2-core box
-    #: (benchmarks/results/experience_retrieval.json): i8 ef160 x2 re-rank had recall@8 0.994
-    #: at 1.46x lower p99 and 1.66x the queries/s of the f32 graph at ef160 (recall 0.996); the
-    #: i8 graph is a quarter of the memory and built faster. Its cost: opening a store reads
-    #: every vector from SQLite (1.7 s at 100k). faiss ``IndexHNSWFlat`` is still faster.
+    #: i8 by default: a quarter of the float32 graph's memory, built faster (63 s vs 110 s at
+    #: 100k) and searched faster at equal recall. Its cost: opening a store reads every vector
+    #: from SQLite (2.3 s at 100k).
     hnsw_dtype: str = "i8"
     #: Graph candidates per wanted result when the graph is quantised (1 = no oversampling).
     rerank_oversample: int = 2
