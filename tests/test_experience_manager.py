@@ -141,6 +141,18 @@ def test_query_batching_groups_concurrent_queries(manager):
     assert manager.stats()["mean_batch_size"] > 1.5
 
 
+def test_a_lone_query_does_not_wait_out_the_batch_timeout(tmp_path, embedder):
+    """With a free worker a query runs at once: the batch timeout (2 s here) only gathers
+    queries while every worker is busy, so a lone query's latency is the search's alone."""
+    config = ExperienceConfig(query_batch_timeout_s=2.0)
+    with ExperienceManager(tmp_path / "bank", config, embedder=embedder) as m:
+        m.add([lesson(i) for i in range(20)], vectors=unit(20, 8))
+        m.retrieve_by_vector(unit(1, 9)[0], k=2)  # warm-up
+        started = time.monotonic()
+        hits = m.retrieve_by_vector(unit(1, 10)[0], k=2)
+        assert len(hits) == 2 and time.monotonic() - started < 1.0
+
+
 def test_concurrent_writers_and_readers_lose_nothing_and_agree(tmp_path, embedder):
     config = ExperienceConfig(
         query_batch_size=32,

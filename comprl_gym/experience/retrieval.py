@@ -1,7 +1,8 @@
 """Retrieval: the query side of the experience manager.
 
-Queries from any thread or event loop are queued, gathered into batches (``query_batch_size``
-or ``query_batch_timeout_s``), embedded through an LRU cache and searched by a pool of workers
+Queries from any thread or event loop are queued, gathered into batches (``query_batch_size``;
+a batch waits up to ``query_batch_timeout_s`` for more queries only while every worker is
+busy, so a lone query runs at once and a burst still shares one call), embedded through an LRU cache and searched by a pool of workers
 under the read side of the manager's writer-priority lock, so the actor never waits on writers
 for long. Results are diversified (score = -rank - lambda*log(1+retrievals) - recent-use
 penalty, with a chance of moving a recently used top hit to the end) so that near-equal
@@ -84,6 +85,8 @@ class Retriever:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self.config.search_workers, thread_name_prefix="experience-search"
         )
+        self._busy = 0  # batches handed to the pool and not finished
+        self._busy_lock = threading.Lock()
         self._closed = False
         self.batch_stats = {"batches": 0, "queries": 0, "full_batches": 0}
         self._batcher = threading.Thread(
@@ -214,7 +217,11 @@ class Retriever:
                 return
             batch = [first]
             stop = False
-            deadline = first.enqueued + cfg.query_batch_timeout_s
+            with self._busy_lock:
+                idle = self._busy < cfg.search_workers
+            # A free worker takes what is queued now: waiting would only add latency. With all
+            # workers busy the batch cannot start anyway, so it gathers until the deadline.
+            deadline = first.enqueued + (0.0 if idle else cfg.query_batch_timeout_s)
             while len(batch) < cfg.query_batch_size:
                 remaining = deadline - time.monotonic()
                 try:
@@ -232,6 +239,8 @@ class Retriever:
             self.batch_stats["batches"] += 1
             self.batch_stats["queries"] += len(batch)
             self.batch_stats["full_batches"] += len(batch) >= cfg.query_batch_size
+            with self._busy_lock:
+                self._busy += 1
             self._pool.submit(self._run_batch, batch)
             self.flush_usage()
             if stop:
@@ -294,6 +303,9 @@ class Retriever:
             for q in batch:
                 if not q.future.done():
                     q.future.set_exception(exc)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
 
     def _diversify(
         self, pairs: list[tuple[int, float]], usage: dict[int, tuple[int, float]]
