@@ -123,6 +123,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     rows = []
+    load = {"before": list(os.getloadavg())}  # the box's load: other jobs skew steps/s
     for name in args.backends:
         for episodes in args.episodes:
             for mode in args.observation_modes:
@@ -177,10 +178,18 @@ def main() -> None:
     print()
     for key, value in ratios.items():
         print(f"{key}: env steps/s x{value:.2f}")
+    load["after"] = list(os.getloadavg())
+    print(f"load average (1, 5, 15 min): before {load['before']}, after {load['after']}")
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"args": vars(args) | {"json": str(args.json)}, "rows": rows, "ratios": ratios},
+                {
+                    "args": vars(args) | {"json": str(args.json)},
+                    "cpus": os.cpu_count(),
+                    "load_average": load,
+                    "rows": rows,
+                    "ratios": ratios,
+                },
                 indent=2,
             )
         )
