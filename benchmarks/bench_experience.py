@@ -11,7 +11,8 @@ same run:
   ``IndexHNSWFlat`` at M=16 and M=32 (``efSearch`` raised until recall@8 >= 0.99; the faster
   of the two is the equal-recall peer), faiss ``IndexFlatIP`` and numpy brute force;
 * recall@8 of each against exact search;
-* sweeps: usearch ``expansion_search`` x re-rank oversampling, faiss ``efSearch`` (recall vs latency, also drawn to ``--png``);
+* sweeps: usearch ``expansion_search`` x re-rank oversampling, faiss ``efSearch`` (recall vs
+  latency, also drawn to ``--png``);
 * end-to-end single-query latency with embedding (all-MiniLM-L6-v2 on CPU);
 * memory; build, save, open (reopen) times.
 
@@ -213,9 +214,11 @@ def main() -> None:
 
     # ---- earlier defaults, through the same FamilyIndexes code -------------------------------
     results["baseline_build_s"] = {}
-    for name, settings in BASELINES.items():
+    for number, (name, settings) in enumerate(BASELINES.items()):
         old = FamilyIndexes(
-            workdir / name.split()[1], DIM, ExperienceConfig(index_autosave_changes=0, **settings)
+            workdir / f"baseline-{number}",
+            DIM,
+            ExperienceConfig(index_autosave_changes=0, **settings),
         )
         t = time.perf_counter()
         for start in range(0, args.n, 20000):
@@ -239,8 +242,8 @@ def main() -> None:
         hnsw.hnsw.efConstruction = config.hnsw_expansion_add
         t = time.perf_counter()
         hnsw.add(data)
-        results["faiss_hnsw_build_s"][connectivity] = time.perf_counter() - t
-        print(f"  faiss HNSW M={connectivity} built in {time.perf_counter() - t:.0f}s", flush=True)
+        built_s = results["faiss_hnsw_build_s"][connectivity] = time.perf_counter() - t
+        print(f"  faiss HNSW M={connectivity} built in {built_s:.0f}s", flush=True)
         for ef in (16, 24, 32, 48, 64, 80, 96, 128, 192, 256):
             hnsw.hnsw.efSearch = ef
             found, times = timed_batches(lambda b, hnsw=hnsw: hnsw.search(b, K)[1] + 1, queries)
@@ -380,7 +383,7 @@ def main() -> None:
 
 def plot(results: dict, png: Path) -> None:
     """Recall@8 vs p99 per batch of 32: one line per swept config (the search width varies
-    along it), the defaults and the equal-recall peer as stars."""
+    along it), the defaults and the equal-recall peer as black markers."""
     import re
 
     import matplotlib

@@ -2,11 +2,11 @@
 
 Queries from any thread or event loop are queued, gathered into batches (``query_batch_size``;
 a batch waits up to ``query_batch_timeout_s`` for more queries only while every worker is
-busy, so a lone query runs at once and a burst still shares one call), embedded through an LRU cache and searched by a pool of workers
-under the read side of the manager's writer-priority lock, so the actor never waits on writers
-for long. Results are diversified (score = -rank - lambda*log(1+retrievals) - recent-use
-penalty, with a chance of moving a recently used top hit to the end) so that near-equal
-experiences share the retrievals, as in the Complementary RL reference. Retrieval counts are
+busy, so a lone query runs at once and a burst still shares one call), embedded through an
+LRU cache and searched by a pool of workers under the read side of the manager's
+writer-priority lock, so the actor never waits on writers for long. Results are diversified
+(score = -rank - lambda*log(1+retrievals) - recent-use penalty, with a chance of moving a
+recently used top hit to the end) so that near-equal experiences share the retrievals, as in the Complementary RL reference. Retrieval counts are
 buffered and written to the store every ``stats_flush_interval_s``.
 
 Example:

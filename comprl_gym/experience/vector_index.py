@@ -140,6 +140,16 @@ class ExactVectors:
         return sims
 
 
+def built_with(index: Any) -> dict[str, Any]:
+    """The build-time settings of a usearch ``index``, keyed as
+    :attr:`FamilyIndexes.graph_settings`."""
+    return {
+        "dtype": str(index.dtype).rsplit(".", 1)[-1].lower(),
+        "metric": str(index.metric_kind).rsplit(".", 1)[-1].lower(),
+        "connectivity": int(index.connectivity),
+    }
+
+
 def _crc32_file(path: Path) -> int:
     crc = 0
     with open(path, "rb") as handle:
@@ -183,20 +193,15 @@ class FamilyIndexes:
             expansion_search=cfg.hnsw_expansion_search,
         )
 
-    def _graph_settings(self, index: Any | None) -> dict[str, Any]:
-        """The settings fixed when a graph is built, of ``index`` (None: those of the config);
-        a saved graph whose settings differ from the config's is rebuilt on open."""
-        if index is None:
-            cfg = self.config
-            return {
-                "dtype": cfg.hnsw_dtype,
-                "metric": cfg.hnsw_metric,
-                "connectivity": cfg.hnsw_connectivity,
-            }
+    @property
+    def graph_settings(self) -> dict[str, Any]:
+        """The config's settings that are fixed when a graph is built (see :func:`built_with`):
+        a saved graph built otherwise is rebuilt on open."""
+        cfg = self.config
         return {
-            "dtype": str(index.dtype).rsplit(".", 1)[-1].lower(),
-            "metric": str(index.metric_kind).rsplit(".", 1)[-1].lower(),
-            "connectivity": int(index.connectivity),
+            "dtype": cfg.hnsw_dtype,
+            "metric": cfg.hnsw_metric,
+            "connectivity": cfg.hnsw_connectivity,
         }
 
     # ------------------------------------------------------------------ load and reconcile
@@ -227,8 +232,7 @@ class FamilyIndexes:
                         raise ValueError(
                             f"dimension {getattr(index, 'ndim', '?')} != store dimension {self.dim}"
                         )
-                    saved = self._graph_settings(index)
-                    wanted = self._graph_settings(None)
+                    saved, wanted = built_with(index), self.graph_settings
                     if saved != wanted:
                         logger.info(
                             "index %s was built with %s, the config asks for %s: rebuilding it",
@@ -423,4 +427,11 @@ class FamilyIndexes:
         return int(graphs + sum(rows.matrix.nbytes for rows in self.exact.values()))
 
 
-__all__ = ["INDEX_STATE", "ExactVectors", "FamilyIndexes", "IndexOp", "import_usearch"]
+__all__ = [
+    "INDEX_STATE",
+    "ExactVectors",
+    "FamilyIndexes",
+    "IndexOp",
+    "built_with",
+    "import_usearch",
+]
