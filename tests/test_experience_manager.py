@@ -124,6 +124,31 @@ def test_diversification_spreads_near_equal_candidates_and_off_means_plain_top_k
     m.close()
 
 
+def test_diversified_answer_reaches_past_heavily_used_top_candidates(tmp_path, embedder):
+    # 40 experiences at angles 0.05, 0.10, ... rad from the query: similarity rank r is id
+    # order. The six nearest were retrieved e^25 - 1 times each: their penalty 0.4 * 25 = 10
+    # scores them -10 ... -15, below rank 6 (-6) and rank 7 (-7), so by the reference's score
+    # (16 x k candidates) the best two are ranks 6 and 7, past the first window read; at k=8
+    # rank 0 (-10) ties rank 10 and rank 1 (-11) ties rank 11, and a tie goes to the nearer.
+    query = unit(1, 0)[0]
+    others = unit(40, 1)
+    others -= np.outer(others @ query, query)
+    others /= np.linalg.norm(others, axis=1, keepdims=True)
+    angles = 0.05 * np.arange(1, 41)[:, None]
+    vectors = (np.cos(angles) * query + np.sin(angles) * others).astype(np.float32)
+    config = ExperienceConfig(diversity_dropout_p=0.0)
+    m = ExperienceManager(tmp_path / "used", config, embedder=embedder)
+    ids = m.add([lesson(i) for i in range(40)], vectors=vectors)
+    plain = m.retrieve_by_vector(query, k=2, diversify=False, record=False)
+    assert [h.id for h in plain] == ids[:2]
+    m.store.flush_usage({eid: (int(np.expm1(25.0)), 1.0) for eid in ids[:6]})
+    top8 = [ids[r] for r in (6, 7, 8, 9, 0, 10, 1, 11)]
+    for k, expected in ((1, ids[6:7]), (2, ids[6:8]), (8, top8)):
+        hits = m.retrieve_by_vector(query, k=k, record=False)
+        assert [h.id for h in hits] == expected, k
+    m.close()
+
+
 def test_query_batching_groups_concurrent_queries(manager):
     manager.add([lesson(i) for i in range(100)], vectors=unit(100, 4))
     queries = unit(64, 5)

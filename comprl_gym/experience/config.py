@@ -52,7 +52,8 @@ class ExperienceConfig:
     diversity_recent_penalty: float = 1.0
     #: Probability of moving a recently used top hit to the end of the list.
     diversity_dropout_p: float = 0.5
-    #: Candidates fetched from the index per query: ``candidate_multiplier * k``.
+    #: Candidates a diversified query ranks: ``candidate_multiplier * k`` nearest (read in
+    #: widening windows that give the same answer, see ``Retriever._choose``).
     candidate_multiplier: int = 16
     #: Seed of the dropout random generator (None = non-deterministic).
     seed: int | None = 0
