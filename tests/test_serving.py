@@ -269,6 +269,7 @@ def test_the_container_recipe_builds_and_answers_health(tmp_path):
     from pathlib import Path
 
     import docker
+
     from comprl_gym.envs.swebench.images import ensure_base_image
     from comprl_gym.envs.swebench.sandbox.docker import docker_available
 
