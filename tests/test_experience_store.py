@@ -8,6 +8,7 @@ end-to-end tests embed real texts with the packaged all-MiniLM-L6-v2.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -127,6 +128,45 @@ def test_a_graph_saved_with_other_settings_is_rebuilt_with_the_configs(tmp_path,
         found, _ = store.search(queries, 8, store.family_keys(None))
     exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :8] + 1
     assert np.mean([len(set(f) & set(e)) / 8 for f, e in zip(found, exact)]) >= 0.97
+
+
+def test_i8_codes_span_the_configured_range_and_older_codes_are_rebuilt(tmp_path, embedder, caplog):
+    """The i8 graph holds round(x * 127 / (4 / sqrt(384))) clipped to +-127 (the default
+    ``hnsw_i8_range``), worked here by hand, not usearch's cast (x / |x| * 127). A store
+    whose graph was coded by usearch's cast (``hnsw_i8_range`` = sqrt(384), the previous
+    default), or saved before the range was recorded, is rebuilt with the new codes on open."""
+    vectors = clustered(300)
+    usearch_cast = ExperienceConfig(hnsw_i8_range=384**0.5)
+    with ExperienceStore(tmp_path / "bank", embedder, usearch_cast) as store:
+        ids = store.add_texts(texts(300), vectors=vectors)
+        np.testing.assert_array_equal(
+            store.index.indexes[""].get(ids[0]), np.rint(vectors[0] * 127)
+        )
+    wanted = np.clip(np.rint(vectors[:5] * 127 * 384**0.5 / 4), -127, 127)
+    assert np.abs(wanted).max() > 3 * np.abs(np.rint(vectors[:5] * 127)).max()  # finer codes
+
+    def reopen() -> bool:
+        """Open with the default config, check codes and search; True if it rebuilt."""
+        caplog.clear()
+        with (
+            caplog.at_level(logging.INFO, logger="comprl_gym.experience.vector_index"),
+            ExperienceStore(tmp_path / "bank", embedder, ExperienceConfig()) as store,
+        ):
+            graph = store.index.indexes[""]
+            codes = np.vstack([graph.get(i) for i in ids[:5]])
+            np.testing.assert_array_equal(codes, wanted)
+            found, _ = store.search(vectors[:5], 1, store.family_keys(None))
+            assert found[:, 0].tolist() == ids[:5]
+        return "rebuilding it" in caplog.text
+
+    assert reopen()  # coded by usearch's cast
+    assert not reopen()  # coded as the config asks
+    state_file = tmp_path / "bank" / "index-state.json"
+    state = json.loads(state_file.read_text())
+    for entry in state["files"].values():
+        del entry["i8_range"]  # as saved before the range was recorded
+    state_file.write_text(json.dumps(state))
+    assert reopen()
 
 
 def test_reopen_keeps_everything_and_index_agrees(tmp_path, embedder):

@@ -1,6 +1,7 @@
 """The vector index: one usearch HNSW index (cosine) per env family, a cache of the database.
 
-The graph may hold quantised vectors (``ExperienceConfig.hnsw_dtype`` ``"i8"`` or ``"f16"``):
+The graph may hold quantised vectors (``ExperienceConfig.hnsw_dtype`` ``"i8"`` or ``"f16"``;
+i8 codes are made here, over the range ``hnsw_i8_range`` sets, not by usearch's cast):
 a search then fetches ``rerank_oversample`` times the asked count from the graph and re-ranks
 those candidates exactly with the float32 vectors kept in memory (:class:`ExactVectors`,
 loaded from the database, which stores every vector), so the order and similarities returned
@@ -27,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -175,6 +177,8 @@ class FamilyIndexes:
         #: float32 rows per index key when the graph is quantised (empty for ``"f32"``).
         self.exact: dict[str, ExactVectors] = {}
         self.changes = 0
+        #: i8 code per unit of a coordinate (see :meth:`graph_vectors`).
+        self.i8_scale = 127.0 / min(1.0, self.config.hnsw_i8_range / math.sqrt(dim))
 
     @property
     def reranks(self) -> bool:
@@ -195,14 +199,34 @@ class FamilyIndexes:
 
     @property
     def graph_settings(self) -> dict[str, Any]:
-        """The config's settings that are fixed when a graph is built (see :func:`built_with`):
-        a saved graph built otherwise is rebuilt on open."""
+        """The config's settings that are fixed when a graph is built (see :func:`built_with`;
+        ``i8_range`` is recorded in the state file): a saved graph built otherwise is rebuilt on
+        open."""
         cfg = self.config
         return {
             "dtype": cfg.hnsw_dtype,
             "metric": cfg.hnsw_metric,
             "connectivity": cfg.hnsw_connectivity,
+            "i8_range": cfg.hnsw_i8_range if cfg.hnsw_dtype == "i8" else None,
         }
+
+    def graph_vectors(self, vectors: np.ndarray) -> np.ndarray:
+        """What the graph is given for float32 unit ``vectors``: themselves, or for an i8 graph
+        their int8 codes ``round(x * i8_scale)`` clipped to +-127.
+
+        usearch's own cast rescales each vector to norm 1 before multiplying by 127, so a 384-d
+        coordinate (typically ~0.05) got ~6 of the 127 levels; here the levels span
+        ``+-hnsw_i8_range / sqrt(dim)`` (4 standard deviations of a unit vector's coordinate by
+        default; rarer coordinates are clipped and the float32 re-rank restores the order).
+
+        Example:
+            >>> indexes = FamilyIndexes(Path("."), dim=400)  # codes span +-4/20 = +-0.2
+            >>> indexes.graph_vectors(np.array([[0.1, -0.02, 0.5]]))
+            array([[ 64, -13, 127]], dtype=int8)
+        """
+        if self.config.hnsw_dtype != "i8":
+            return vectors
+        return np.clip(np.rint(np.asarray(vectors) * self.i8_scale), -127, 127).astype(np.int8)
 
     # ------------------------------------------------------------------ load and reconcile
     def load(
@@ -232,7 +256,8 @@ class FamilyIndexes:
                         raise ValueError(
                             f"dimension {getattr(index, 'ndim', '?')} != store dimension {self.dim}"
                         )
-                    saved, wanted = built_with(index), self.graph_settings
+                    saved = built_with(index) | {"i8_range": entry.get("i8_range")}
+                    wanted = self.graph_settings
                     if saved != wanted:
                         logger.info(
                             "index %s was built with %s, the config asks for %s: rebuilding it",
@@ -308,7 +333,7 @@ class FamilyIndexes:
                 vectors = (
                     self.exact[key].vectors(chunk) if self.reranks else vectors_of(chunk.tolist())
                 )
-                index.add(chunk.astype(np.uint64), vectors)
+                index.add(chunk.astype(np.uint64), self.graph_vectors(vectors))
         self.changes += int(extra.size + missing.size)
 
     # ------------------------------------------------------------------ changes
@@ -320,7 +345,7 @@ class FamilyIndexes:
                 index = self.indexes[key] = self.new_index()
             exact = self.exact.setdefault(key, ExactVectors(self.dim)) if self.reranks else None
             if op == "add":
-                index.add(np.asarray(ids).astype(np.uint64), vectors)
+                index.add(np.asarray(ids).astype(np.uint64), self.graph_vectors(vectors))
                 if exact is not None:
                     exact.add(ids, vectors)
             else:
@@ -363,7 +388,9 @@ class FamilyIndexes:
                 continue
             wanted = count * self.config.rerank_oversample if self.reranks else count
             matches = index.search(
-                vectors, min(wanted, len(index)), threads=self.config.search_threads
+                self.graph_vectors(vectors),
+                min(wanted, len(index)),
+                threads=self.config.search_threads,
             )
             keys = np.asarray(matches.keys, dtype=np.int64).reshape(n, -1)
             counts = np.asarray(getattr(matches, "counts", keys.shape[1])).reshape(-1)
@@ -412,6 +439,7 @@ class FamilyIndexes:
                 "size": file.stat().st_size,
                 "crc32": _crc32_file(file),
                 "count": len(index),
+                "i8_range": self.graph_settings["i8_range"],
             }
         atomic_write_json(
             self.folder / INDEX_STATE, {"generation": generation, "dim": self.dim, "files": files}
