@@ -1,4 +1,5 @@
-"""A writer-priority read/write lock (many readers or one writer; waiting writers go first)."""
+"""A writer-priority read/write lock (many readers or one writer; waiting writers go first,
+but a writer that releases lets the readers already waiting in before the next writer)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from collections.abc import Iterator
 
 class RWLock:
     """Readers share the lock; a writer holds it alone. A waiting writer blocks new readers,
-    so a stream of retrievals cannot starve the extractor's writes. The writer may re-enter
-    (and read) while it holds the lock.
+    so a stream of retrievals cannot starve the extractor's writes. When a writer releases,
+    the readers waiting at that moment go before the next writer, so a run of writes (the
+    chunked counter flush) cannot starve retrievals either. The writer may re-enter (and
+    read) while it holds the lock.
 
     Example:
         >>> lock = RWLock()
@@ -27,6 +30,9 @@ class RWLock:
         self._writer: int | None = None
         self._writer_depth = 0
         self._waiting_writers = 0
+        self._waiting_readers = 0
+        #: set when a writer releases with readers waiting: they enter before the next writer
+        self._readers_turn = False
 
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:
@@ -35,8 +41,18 @@ class RWLock:
             yield
             return
         with self._cond:
-            while self._writer is not None or self._waiting_writers:
-                self._cond.wait()
+            if self._writer is not None or (self._waiting_writers and not self._readers_turn):
+                self._waiting_readers += 1
+                try:
+                    while self._writer is not None or (
+                        self._waiting_writers and not self._readers_turn
+                    ):
+                        self._cond.wait()
+                finally:
+                    self._waiting_readers -= 1
+                    if not self._waiting_readers:
+                        self._readers_turn = False
+                        self._cond.notify_all()
             self._readers += 1
         try:
             yield
@@ -55,7 +71,7 @@ class RWLock:
             else:
                 self._waiting_writers += 1
                 try:
-                    while self._writer is not None or self._readers:
+                    while self._writer is not None or self._readers or self._readers_turn:
                         self._cond.wait()
                 finally:
                     self._waiting_writers -= 1
@@ -68,4 +84,5 @@ class RWLock:
                 self._writer_depth -= 1
                 if self._writer_depth == 0:
                     self._writer = None
+                    self._readers_turn = self._waiting_readers > 0
                     self._cond.notify_all()
