@@ -86,10 +86,11 @@ class ExperienceConfig:
     #: HNSW graph degree (usearch ``connectivity``). 32 with ``hnsw_expansion_search`` 128, by
     #: measurement (benchmarks/results/experience_retrieval_text.json: 100k real text
     #: embeddings, k=8, batches of 32, 2 quiet cores, i8 inner-product graph, x2 re-rank):
-    #: recall@8 0.991 at p99 23.9 ms. The previous default, ef 64 over usearch's own i8 cast,
-    #: was chosen on synthetic vectors (0.992 there) and reached only 0.973 on real text; faiss
-    #: ``IndexHNSWFlat`` M=32 efSearch=96 reached 0.991 at 14.8 ms in the same run. Degree 16
-    #: needed the same ef on real text and ef 160 on the synthetic vectors.
+    #: recall@8 0.991 at p99 23.5 ms. The previous default, ef 64 over usearch's own i8 cast,
+    #: was chosen on synthetic vectors (0.991 there) and reached only 0.973 on real text; faiss
+    #: ``IndexHNSWFlat`` M=16 efSearch=128 reached 0.991 at 9.6 ms in the same run (usearch's
+    #: search loop is the gap). Degree 16 needed the same ef on real text and ef 160 on the
+    #: synthetic vectors.
     hnsw_connectivity: int = 32
     #: Candidate list size while inserting (usearch ``expansion_add``).
     hnsw_expansion_add: int = 128
