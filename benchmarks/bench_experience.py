@@ -91,6 +91,12 @@ def shared_data_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+def _git(repo: str | None, *cmd: str) -> str:
+    """Stdout of ``git [-C repo] cmd``."""
+    where = ["-C", repo] if repo else []
+    return subprocess.run(["git", *where, *cmd], capture_output=True, text=True, check=True).stdout
+
+
 def text_corpus(data_dir: Path) -> list[str]:
     """Real English and code text from the official data, deduplicated and sorted: ALFWorld's
     task and step annotations, WebShop's instructions, and the commit subjects and source lines
@@ -102,20 +108,13 @@ def text_corpus(data_dir: Path) -> list[str]:
     instructions = data_dir / "webshop-official-sample" / "items_ins_v2_1000.json"
     texts.update(v.get("instruction", "") for v in json.loads(instructions.read_text()).values())
     for bundle in sorted((data_dir / "swe-repos").glob("*.bundle")):
-        with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run(["git", "clone", "-q", "--bare", str(bundle), tmp], check=True)
-
-            def git(*cmd: str) -> str:
-                return subprocess.run(
-                    ["git", "-C", tmp, *cmd], capture_output=True, text=True, check=True
-                ).stdout
-
-            texts.update(git("log", "--format=%s", "HEAD").splitlines())
-            history = git("rev-list", "--first-parent", "HEAD").split()
+        with tempfile.TemporaryDirectory() as repo:
+            _git(None, "clone", "-q", "--bare", str(bundle), repo)
+            texts.update(_git(repo, "log", "--format=%s", "HEAD").splitlines())
+            history = _git(repo, "rev-list", "--first-parent", "HEAD").split()
             for rev in (history[0], history[len(history) // 2]):
-                texts.update(
-                    line.strip(" \t#") for line in git("grep", "-h", "-I", "", rev).splitlines()
-                )
+                lines = _git(repo, "grep", "-h", "-I", "", rev).splitlines()
+                texts.update(line.strip(" \t#") for line in lines)
     return sorted(t.strip() for t in texts if len(t.strip()) > 25 and "\x1b" not in t)
 
 

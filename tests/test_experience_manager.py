@@ -194,7 +194,7 @@ def test_queries_are_answered_while_a_slow_counter_flush_runs(tmp_path, embedder
     m.store.flush_usage = slow_write  # type: ignore[method-assign]
     with m.retrieval._usage_lock:
         m.retrieval._usage = {eid: [1, 1.0] for eid in ids}
-    flush = threading.Thread(target=m.retrieval.flush_usage, kwargs={"force": True})
+    flush = threading.Thread(target=m.retrieval.flush_usage)
     flush.start()
     time.sleep(0.2)
     started = time.monotonic()

@@ -427,12 +427,12 @@ class ExperienceManager:
     # ------------------------------------------------------------------ persistence
     def save(self) -> None:
         """Write buffered counters, save the indexes and checkpoint the database."""
-        self.retrieval.flush_usage(force=True)
+        self.retrieval.flush_usage()
         with self._lock.write():
             self.store.save()
 
     def export(self, folder: str | os.PathLike[str]) -> Path:
-        self.retrieval.flush_usage(force=True)
+        self.retrieval.flush_usage()
         with self._lock.read():
             return self.store.export(folder)
 

@@ -84,7 +84,6 @@ class Retriever:
         self.cache = EmbeddingCache(self.config.embedding_cache_size)
         self._usage: dict[int, list[float]] = {}  # id -> [pending count, last retrieval time]
         self._usage_lock = threading.Lock()
-        self._last_flush = time.monotonic()
         self._rng = random.Random(self.config.seed)
         self._rng_lock = threading.Lock()
         self._queue: queue.Queue[Any] = queue.Queue()
@@ -388,19 +387,16 @@ class Retriever:
 
     def _flush_loop(self) -> None:
         while not self._flush_stop.wait(self.config.stats_flush_interval_s):
-            self.flush_usage(force=True)
+            self.flush_usage()
 
-    def flush_usage(self, force: bool = False) -> None:
-        """Write the buffered retrieval counters (at most every ``stats_flush_interval_s``
-        unless ``force``), ``FLUSH_CHUNK`` rows per transaction.
+    def flush_usage(self) -> None:
+        """Write the buffered retrieval counters, ``FLUSH_CHUNK`` rows per transaction (the
+        counter thread calls this every ``stats_flush_interval_s``; save, export and close too).
 
         Each transaction holds the manager's write lock, and a counter update rewrites the
         whole row (vector included): 10k rows in one transaction took 625 ms at 100k entries,
         a stall of every search. Chunked, searches run between the transactions. Counters of a
         failed transaction and those after it are kept for the next flush."""
-        if not force and time.monotonic() - self._last_flush < self.config.stats_flush_interval_s:
-            return
-        self._last_flush = time.monotonic()
         with self._usage_lock:
             pending, self._usage = self._usage, {}
         items = [(eid, (int(c), float(t))) for eid, (c, t) in sorted(pending.items())]
@@ -429,4 +425,4 @@ class Retriever:
         self._pool.shutdown(wait=True)
         self._flush_stop.set()
         self._flusher.join(timeout=60)
-        self.flush_usage(force=True)
+        self.flush_usage()

@@ -40,13 +40,15 @@ class RWLock:
         if self._writer == me:  # the writer may read what it is writing
             yield
             return
+
+        def blocked() -> bool:
+            return self._writer is not None or (self._waiting_writers and not self._readers_turn)
+
         with self._cond:
-            if self._writer is not None or (self._waiting_writers and not self._readers_turn):
+            if blocked():
                 self._waiting_readers += 1
                 try:
-                    while self._writer is not None or (
-                        self._waiting_writers and not self._readers_turn
-                    ):
+                    while blocked():
                         self._cond.wait()
                 finally:
                     self._waiting_readers -= 1
