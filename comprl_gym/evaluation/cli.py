@@ -7,6 +7,8 @@ Example:
     comprl-gym eval comprl/MiniHack-Room-5x5-v0 --agent hf:smollm2 --paired-experience \\
         --experience ~/banks/minihack --out results/paired
     comprl-gym leaderboard results/* --out leaderboard/
+    comprl-gym validate comprl/WebShop-v0 'comprl/MiniHack-Room-*' --seeds 0 1 2
+    comprl-gym validate --all --json validate.json
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ import argparse
 import logging
 from typing import Any
 
-from comprl_gym.evaluation.eval import EvalConfig, run_eval, summary_markdown
+from tqdm import tqdm
+
+from comprl_gym.core import ConfigurationError
+from comprl_gym.evaluation.eval import EvalConfig, expand_env_ids, run_eval, summary_markdown
 from comprl_gym.evaluation.leaderboard import build_leaderboard, write_leaderboard
-from comprl_gym.utils import parse_key_values
+from comprl_gym.utils import atomic_write_json, parse_key_values
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -57,8 +62,47 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from comprl_gym.evaluation.validate import validate_ids
+    from comprl_gym.registration import ENV_TABLE
+
+    if not args.env_ids and not args.all:
+        raise ConfigurationError("name the ids to validate, or pass --all")
+    if args.all:
+        env_ids = list(ENV_TABLE)
+    else:  # an id gymnasium knows (a family of yours) as it is, else a pattern of comprl ids
+        import gymnasium as gym
+
+        env_ids = []
+        for name in args.env_ids:
+            env_ids += [name] if name in gym.registry else expand_env_ids([name])
+
+    def show(report: Any) -> None:
+        lines = report.lines() + [f"  note: {note}" for note in report.notes]
+        tqdm.write("\n".join(lines))
+
+    reports = validate_ids(
+        env_ids,
+        seeds=args.seeds,
+        env_kwargs=parse_key_values(args.env_arg),
+        progress=not args.no_progress,
+        on_report=show,
+    )
+    failed = [r.env_id for r in reports if not r.passed]
+    if args.json:
+        atomic_write_json(
+            args.json,
+            {"passed": not failed, "seeds": args.seeds, "reports": [r.to_dict() for r in reports]},
+        )
+    print(
+        f"{len(reports) - len(failed)} of {len(reports)} id(s) passed"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
 def add_commands(subparsers: Any) -> None:
-    """Add ``eval`` and ``leaderboard`` to the ``comprl-gym`` sub-command parser."""
+    """Add ``eval``, ``leaderboard`` and ``validate`` to the ``comprl-gym`` sub-command parser."""
     p = subparsers.add_parser(
         "eval",
         help="evaluate an agent on env ids: per-episode JSONL, summary with 95%% intervals "
@@ -114,3 +158,22 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--out", required=True, help="folder for leaderboard.md / .json / .html")
     p.add_argument("--title", default="comprl-gym leaderboard")
     p.set_defaults(func=_cmd_leaderboard)
+
+    from comprl_gym.evaluation import validate
+
+    p = subparsers.add_parser(
+        "validate",
+        help="check that env ids keep the contract: check_env, expert, no-op, random, "
+        "determinism, bad actions, leaks, printable text",
+        description=validate.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("env_ids", nargs="*", help="ids or patterns such as 'comprl/MiniHack-*'")
+    p.add_argument("--all", action="store_true", help="every registered id")
+    p.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2], help="episode seeds (default 0 1 2)"
+    )
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--json", default=None, help="also write the reports to this JSON file")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_validate)
