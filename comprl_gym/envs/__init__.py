@@ -10,4 +10,5 @@ FAMILY_MODULES: tuple[str, ...] = (
     "comprl_gym.envs.alfworld",
     "comprl_gym.envs.webshop",
     "comprl_gym.envs.swebench",
+    "comprl_gym.envs.memory",
 )

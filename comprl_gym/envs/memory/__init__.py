@@ -1,0 +1,112 @@
+"""Memory tasks (``comprl/Memory-*``): the information that wins is only in experience.
+
+256 named dungeons, each a dark MiniHack hall that forks at the start; the staircase down is
+at the end of one branch, out of sight, on a side fixed per dungeon and drawn at random
+across dungeons. The task text names the dungeon, never the side, and the step limit leaves
+no time to try both branches, so a policy without memory wins at most about half the time,
+and a lesson from an earlier visit ("In the Vault of Marrow the staircase down is at the end
+of the west branch.") makes every visit winnable. See :mod:`.dungeons` for the generator, the
+task pools and the lesson helpers, :mod:`.env` for the env, :mod:`.expert` for the oracle.
+
+* ``comprl/Memory-Fork-v0`` (recall): the sides look alike; only memory of the dungeon helps.
+* ``comprl/Memory-Landmark-v0`` (rule): a fountain, altar, sink or grave beside the start
+  always marks the stairs' side; a lesson stating the rule transfers to unseen dungeons.
+
+Both take ``split="train"`` (dungeons 0-191, the default) or ``split="test"`` (192-255, held
+out): disjoint pools, whatever the seed or ``task_id`` option.
+
+This is its own family, not part of ``minihack``, though the env is a
+:class:`~comprl_gym.envs.minihack.env.MiniHackTextEnv`: its expert is an oracle of the hidden
+side (MiniHack's explorer would guess), its lessons live in their own part of the experience
+store, and its extractor is told to record dungeon names and branches.
+
+Example:
+    >>> import gymnasium as gym
+    >>> import comprl_gym
+    >>> env = gym.make("comprl/Memory-Fork-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> info["task"].startswith("You are in " + dungeon(info["task_id"]).name)
+    True
+    >>> oracle_lesson(info["task_id"]).startswith("In " + dungeon(info["task_id"]).name)
+    True
+    >>> env.close()
+"""
+
+from comprl_gym.envs.memory.dungeons import (
+    BRANCH_LENGTH,
+    DUNGEON_NAMES,
+    SPLITS,
+    VARIANTS,
+    Dungeon,
+    default_max_steps,
+    dungeon,
+    inverted_lesson,
+    inverted_rule_lesson,
+    oracle_lesson,
+    placebo_lesson,
+    pool,
+    rule_lesson,
+)
+from comprl_gym.families import EnvEntry, FamilySpec, lazy_exports
+
+_ENTRY_POINT = "comprl_gym.envs.memory:MemoryTextEnv"
+
+SPEC = FamilySpec(
+    name="memory",
+    label="Memory",
+    entries=(
+        EnvEntry(
+            "comprl/Memory-Fork-v0",
+            _ENTRY_POINT,
+            "memory",
+            "a named dark fork; the stairs' side is fixed per dungeon and never shown "
+            "(recall: only a lesson from an earlier visit tells it)",
+            {"variant": "fork"},
+        ),
+        EnvEntry(
+            "comprl/Memory-Landmark-v0",
+            _ENTRY_POINT,
+            "memory",
+            "a named dark fork; a landmark beside the start marks the stairs' side "
+            "(a rule that transfers to unseen dungeons)",
+            {"variant": "landmark"},
+        ),
+    ),
+    expert="comprl_gym.envs.memory.expert:MemoryExpert",
+    action_grammar=(
+        "You play MiniHack, a small NetHack dungeon, through text. You see the cells around "
+        "you described in words. An action is a direction to move (north, east, south, west, "
+        "north-east, south-east, south-west, north-west). The hall is dark and splits into two "
+        "branches; reach the staircase down ('>') at the end of one of them to win. There is "
+        "only time to walk down one branch."
+    ),
+    extractor_focus=(
+        "You are the cartographer of named MiniHack dungeons. Each dungeon is a dark hall that "
+        "splits into an east and a west branch; the staircase down is at the end of one branch, "
+        "the same branch on every visit, and cannot be seen from the start. Record, naming the "
+        "dungeon, which branch held the stairs (or which branch was walked in vain), and any "
+        "sign next to the start, such as a fountain, altar, sink or grave, that tells the "
+        "branches apart."
+    ),
+)
+
+# The env imports nle: load it on first use so listing the family stays light.
+__getattr__ = lazy_exports(__name__, {"MemoryTextEnv": "comprl_gym.envs.memory.env"})
+
+__all__ = [
+    "BRANCH_LENGTH",
+    "DUNGEON_NAMES",
+    "SPEC",
+    "SPLITS",
+    "VARIANTS",
+    "Dungeon",
+    "MemoryTextEnv",
+    "default_max_steps",
+    "dungeon",
+    "inverted_lesson",
+    "inverted_rule_lesson",
+    "oracle_lesson",
+    "placebo_lesson",
+    "pool",
+    "rule_lesson",
+]

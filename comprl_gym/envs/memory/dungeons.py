@@ -1,0 +1,393 @@
+"""The memory family's dungeons: names, task pools, hidden sides, des-files and lessons.
+
+Everything here is plain Python (no NetHack): the generator the env plays, and the public
+helpers a benchmark uses to write lessons about a task.
+
+There are :data:`N_DUNGEONS` named dungeons ("the Vault of Marrow", ...). Each is a dark hall
+one cell high; the agent starts in its middle, where it splits into a west and an east
+branch, and the staircase down lies at the end of one branch, :data:`BRANCH_LENGTH` steps
+away and out of sight (the hall is unlit: NetHack shows only the cells next to the agent).
+The side is fixed per dungeon and drawn across dungeons from a hash of the name (half the
+dungeons of each pool east, half west), so the same dungeon always hides its stairs on the
+same side and nothing in the weights can say which side a dungeon it has not met uses.
+
+* ``variant="fork"`` (*recall*): nothing in the observation tells the sides apart; only a
+  lesson from an earlier visit to the same dungeon can.
+* ``variant="landmark"`` (*rule*): a landmark (a fountain, altar, sink or grave) stands in an
+  alcove diagonally next to the start, always on the stairs' side, north or south of the hall.
+  The observation describes it; the rule "the stairs are on the landmark's side" transfers to
+  dungeons never visited.
+
+Task pools (``split``): dungeon indices ``0..191`` are the ``train`` pool and ``192..255`` the
+``test`` (held-out) pool. They are disjoint by construction: an env of one split maps every
+seed into its own index range and refuses a ``task_id`` of the other.
+
+Example:
+    >>> d = dungeon("the Vault of Marrow")
+    >>> d.task_id("fork"), d.split
+    ('fork/vault-of-marrow', 'train')
+    >>> dungeon("fork/vault-of-marrow") == dungeon("landmark/vault-of-marrow") == d
+    True
+    >>> sum(dungeon(i).side == "east" for i in SPLITS["test"])  # balanced in each pool
+    32
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+
+from comprl_gym.core import ConfigurationError
+
+#: Bump when the generated dungeons change (names, sides, landmarks, des-files).
+GENERATOR_VERSION = 1
+VARIANTS: tuple[str, ...] = ("fork", "landmark")
+SIDES: tuple[str, ...] = ("east", "west")
+#: Steps from the start to the stairs; the default step limit is one more (see
+#: :func:`default_max_steps`).
+BRANCH_LENGTH = 3
+#: Landmarks of the ``landmark`` variant: des-file command -> nle's words for it.
+LANDMARKS: dict[str, str] = {
+    "FOUNTAIN": "fountain",
+    "ALTAR": "neutral altar",
+    "SINK": "sink",
+    "GRAVE": "grave",
+}
+
+_PLACES = [
+    "Vault",
+    "Crypt",
+    "Halls",
+    "Pit",
+    "Tower",
+    "Keep",
+    "Caves",
+    "Barrow",
+    "Sanctum",
+    "Warren",
+    "Depths",
+    "Catacombs",
+    "Forge",
+    "Cellar",
+    "Grotto",
+    "Labyrinth",
+]
+_THINGS = [
+    "Marrow",
+    "Ash",
+    "Thorns",
+    "Embers",
+    "Silence",
+    "Bones",
+    "Frost",
+    "Rust",
+    "Whispers",
+    "Salt",
+    "Ravens",
+    "Moss",
+    "Iron",
+    "Tides",
+    "Smoke",
+    "Glass",
+]
+
+
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def _all_names() -> tuple[str, ...]:
+    names = [f"the {place} of {thing}" for place in _PLACES for thing in _THINGS]
+    # A fixed order that mixes the words, the same in every Python version.
+    return tuple(sorted(names, key=lambda name: _digest(f"order:{name}")))
+
+
+#: Every dungeon's name; a dungeon's index is its position here.
+DUNGEON_NAMES: tuple[str, ...] = _all_names()
+N_DUNGEONS = len(DUNGEON_NAMES)
+#: Dungeon indices of each pool: disjoint ranges.
+SPLITS: dict[str, range] = {"train": range(0, 192), "test": range(192, N_DUNGEONS)}
+
+
+def slug(name: str) -> str:
+    """A dungeon name as a task-id word.
+
+    Example:
+        >>> slug("the Vault of Marrow")
+        'vault-of-marrow'
+    """
+    return re.sub(r"[^a-z]+", "-", name.lower().removeprefix("the ")).strip("-")
+
+
+_BY_SLUG = {slug(name): index for index, name in enumerate(DUNGEON_NAMES)}
+
+
+def _balanced_sides() -> tuple[str, ...]:
+    """Each pool's dungeons ordered by a hash of their name: the first half east, then west."""
+    sides = [""] * N_DUNGEONS
+    for pool in SPLITS.values():
+        ordered = sorted(pool, key=lambda i: _digest(f"side:{DUNGEON_NAMES[i]}"))
+        for rank, index in enumerate(ordered):
+            sides[index] = SIDES[0] if rank < len(ordered) // 2 else SIDES[1]
+    return tuple(sides)
+
+
+_SIDES = _balanced_sides()
+
+
+@dataclass(frozen=True)
+class Dungeon:
+    """One named dungeon and the facts the generator fixed for it.
+
+    Attributes:
+        index: its position in :data:`DUNGEON_NAMES`.
+        name: e.g. ``"the Vault of Marrow"`` (in the task text).
+        side: ``"east"`` or ``"west"``: the branch holding the stairs (never shown).
+        landmark: the ``landmark`` variant's des-file landmark (``"FOUNTAIN"``...).
+        landmark_row: ``"north"`` or ``"south"``: the wall the landmark's alcove is cut in.
+    """
+
+    index: int
+    name: str
+    side: str
+    landmark: str
+    landmark_row: str
+
+    @property
+    def split(self) -> str:
+        """The pool the dungeon belongs to: ``train`` or ``test``."""
+        return next(name for name, pool in SPLITS.items() if self.index in pool)
+
+    def task_id(self, variant: str) -> str:
+        """``info["task_id"]`` of this dungeon in ``variant``: ``"fork/vault-of-marrow"``."""
+        return f"{variant}/{slug(self.name)}"
+
+
+def dungeon(task: int | str) -> Dungeon:
+    """The dungeon of an index, a task id (``"fork/vault-of-marrow"``), a slug or a name.
+
+    Raises:
+        ConfigurationError: no dungeon has that id or name.
+    """
+    if isinstance(task, int) and not isinstance(task, bool):
+        if not 0 <= task < N_DUNGEONS:
+            raise ConfigurationError(f"dungeon index {task} outside 0..{N_DUNGEONS - 1}")
+        index = task
+    elif isinstance(task, str):
+        key = task.split("/", 1)[1] if task.split("/", 1)[0] in VARIANTS else task
+        index = _BY_SLUG.get(slug(key))
+        if index is None:
+            raise ConfigurationError(f"no memory dungeon is called {task!r}")
+    else:
+        raise ConfigurationError(f"a dungeon is named by an index or a string, got {task!r}")
+    digest = _digest(f"landmark:{DUNGEON_NAMES[index]}")
+    kinds = tuple(LANDMARKS)
+    return Dungeon(
+        index=index,
+        name=DUNGEON_NAMES[index],
+        side=_SIDES[index],
+        landmark=kinds[digest % len(kinds)],
+        landmark_row=("north", "south")[(digest >> 8) % 2],
+    )
+
+
+def pool(split: str) -> range:
+    """Dungeon indices of ``split`` (``"train"`` or ``"test"``).
+
+    Example:
+        >>> pool("train"), pool("test")
+        (range(0, 192), range(192, 256))
+    """
+    if split not in SPLITS:
+        raise ConfigurationError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    return SPLITS[split]
+
+
+def default_max_steps(branch_length: int = BRANCH_LENGTH) -> int:
+    """The step limit: the right branch plus one spare step.
+
+    A first move down the wrong branch costs two steps (there and back) before the right
+    branch's ``branch_length``, so it always loses.
+
+    Example:
+        >>> default_max_steps()
+        4
+    """
+    return branch_length + 1
+
+
+def task_text(variant: str, d: Dungeon) -> str:
+    """The task an episode shows: the dungeon's name, never its side.
+
+    Example:
+        >>> task_text("fork", dungeon("the Vault of Marrow"))
+        'You are in the Vault of Marrow, a dark hall that splits into two branches at your feet. The staircase down (>) is at the end of one branch, out of sight: reach it.'
+    """
+    hall = "a dark hall that splits into two branches at your feet"
+    if variant == "landmark":
+        hall += ", beside a landmark"
+    return (
+        f"You are in {d.name}, {hall}. The staircase down (>) is at the end of one branch, "
+        "out of sight: reach it."
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def des_file(
+    variant: str,
+    side: str,
+    landmark: str = "",
+    landmark_row: str = "north",
+    branch_length: int = BRANCH_LENGTH,
+) -> str:
+    """The des-file of a hall with the stairs on ``side`` (and, for ``landmark``, its alcove).
+
+    The hall is unlit and not premapped; the start (the arrival point of NetHack's branch) is
+    its middle cell. A west and an east hall are mirror images, so their first observations
+    match word for word.
+
+    Example:
+        >>> print(des_file("fork", "west", branch_length=2).split("MAP")[1])
+        <BLANKLINE>
+        -------
+        |.....|
+        -------
+        END
+    """
+    if variant not in VARIANTS or side not in SIDES:
+        raise ConfigurationError(f"unknown variant/side {variant!r}/{side!r}")
+    if not 2 <= branch_length <= 30:
+        raise ConfigurationError(f"branch_length must be in 2..30, got {branch_length}")
+    width = 2 * branch_length + 3
+    wall, hall = "-" * width, "|" + "." * (2 * branch_length + 1) + "|"
+    rows = [wall, hall, wall]
+    start_x, hall_y = branch_length + 1, 1
+    step = 1 if side == "east" else -1
+    extra = ""
+    if variant == "landmark":
+        if landmark not in LANDMARKS or landmark_row not in ("north", "south"):
+            raise ConfigurationError(f"unknown landmark {landmark!r}/{landmark_row!r}")
+        # An alcove in the wall diagonally next to the start, on the stairs' side.
+        alcove_x = start_x + step
+        rows = [wall, wall, hall, wall] if landmark_row == "north" else [wall, hall, wall, wall]
+        hall_y = rows.index(hall)
+        alcove_y = 1 if landmark_row == "north" else 2
+        rows[alcove_y] = rows[alcove_y][:alcove_x] + "." + rows[alcove_y][alcove_x + 1 :]
+        args = ",neutral,altar" if landmark == "ALTAR" else ""
+        extra = f"{landmark}:({alcove_x},{alcove_y}){args}\n"
+    height = len(rows) - 1
+    stairs_x = start_x + step * branch_length
+    return (
+        "\nMAZE: \"mylevel\", ' '\nGEOMETRY:center,center\nMAP\n"
+        + "\n".join(rows)
+        + f'\nENDMAP\nREGION:(0,0,{width - 1},{height}),unlit,"ordinary"\n'
+        + f"BRANCH:({start_x},{hall_y},{start_x},{hall_y}),(0,0,0,0)\n"
+        + f"STAIR:({stairs_x},{hall_y}),down\n"
+        + extra
+    )
+
+
+def dungeon_des_file(variant: str, d: Dungeon, branch_length: int = BRANCH_LENGTH) -> str:
+    """The des-file of dungeon ``d`` in ``variant``."""
+    return des_file(variant, d.side, d.landmark, d.landmark_row, branch_length)
+
+
+# ---- lessons --------------------------------------------------------------------------------
+def _lesson(d: Dungeon, fact: str) -> str:
+    return f"In {d.name} {fact}"
+
+
+def oracle_lesson(task: int | str) -> str:
+    """A correct lesson about one dungeon: which branch holds the stairs.
+
+    ``task`` is a task id, name, slug or index (:func:`dungeon`).
+
+    Example:
+        >>> oracle_lesson("fork/vault-of-marrow")
+        'In the Vault of Marrow the staircase down is at the end of the west branch.'
+    """
+    d = dungeon(task)
+    return _lesson(d, f"the staircase down is at the end of the {d.side} branch.")
+
+
+def inverted_lesson(task: int | str) -> str:
+    """The oracle lesson with the opposite side: as long, as confident, and wrong.
+
+    Example:
+        >>> inverted_lesson("fork/vault-of-marrow")
+        'In the Vault of Marrow the staircase down is at the end of the east branch.'
+    """
+    d = dungeon(task)
+    other = SIDES[1 - SIDES.index(d.side)]
+    return _lesson(d, f"the staircase down is at the end of the {other} branch.")
+
+
+#: The placebo's words after the dungeon's name: as many words as the oracle's (11) and one
+#: character fewer, naming no side, no branch and no stairs.
+_PLACEBO_FACT = "the air is cold and the old stone walls drip water."
+
+
+def placebo_lesson(task: int | str) -> str:
+    """A lesson of about the oracle's length that names the dungeon and says nothing useful.
+
+    Example:
+        >>> placebo_lesson("fork/vault-of-marrow")
+        'In the Vault of Marrow the air is cold and the old stone walls drip water.'
+    """
+    return _lesson(dungeon(task), _PLACEBO_FACT)
+
+
+_LANDMARK_WORDS = "the fountain, altar, sink or grave beside the start"
+
+
+def rule_lesson() -> str:
+    """The ``landmark`` variant's rule, true in every dungeon (for lessons that generalise).
+
+    Example:
+        >>> rule_lesson()
+        'In every dungeon the staircase down is at the end of the branch on the same side as the fountain, altar, sink or grave beside the start.'
+    """
+    return (
+        "In every dungeon the staircase down is at the end of the branch on the same side as "
+        f"{_LANDMARK_WORDS}."
+    )
+
+
+def inverted_rule_lesson() -> str:
+    """The rule turned around: wrong in every dungeon of the ``landmark`` variant.
+
+    Example:
+        >>> inverted_rule_lesson()
+        'In every dungeon the staircase down is at the end of the branch on the other side from the fountain, altar, sink or grave beside the start.'
+    """
+    return (
+        "In every dungeon the staircase down is at the end of the branch on the other side "
+        f"from {_LANDMARK_WORDS}."
+    )
+
+
+__all__ = [
+    "BRANCH_LENGTH",
+    "DUNGEON_NAMES",
+    "Dungeon",
+    "GENERATOR_VERSION",
+    "LANDMARKS",
+    "N_DUNGEONS",
+    "SIDES",
+    "SPLITS",
+    "VARIANTS",
+    "default_max_steps",
+    "des_file",
+    "dungeon",
+    "dungeon_des_file",
+    "inverted_lesson",
+    "inverted_rule_lesson",
+    "oracle_lesson",
+    "placebo_lesson",
+    "pool",
+    "rule_lesson",
+    "slug",
+    "task_text",
+]

@@ -1,0 +1,249 @@
+"""The memory family (comprl/Memory-*): the side that wins is never shown, recurs per dungeon,
+differs across dungeons, and the held-out pool is out of the training pool's reach.
+
+Truth is taken from the game, not from the generator: a side "wins" when walking it in real
+NetHack reaches the stairs.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import comprl_gym
+from comprl_gym.agents import make_agent
+from comprl_gym.core import ConfigurationError
+from comprl_gym.envs.memory import (
+    DUNGEON_NAMES,
+    SPLITS,
+    default_max_steps,
+    dungeon,
+    inverted_lesson,
+    inverted_rule_lesson,
+    oracle_lesson,
+    placebo_lesson,
+    rule_lesson,
+)
+
+IDS = ("comprl/Memory-Fork-v0", "comprl/Memory-Landmark-v0")
+SIDE_WORDS = ("east", "west")
+DIRECTION_WORDS = ("north", "south", "east", "west")
+
+
+def make(env_id: str, **kwargs):
+    return gym.make(env_id, **kwargs)
+
+
+def test_ids_are_registered_in_their_own_family():
+    for env_id in IDS:
+        assert comprl_gym.registration.ENV_TABLE[env_id].family == "memory"
+        assert env_id in gym.registry
+
+
+@pytest.fixture(scope="module", params=IDS)
+def test_env(request):
+    env = make(request.param, split="test", observation_mode="text+map")
+    yield env
+    env.close()
+
+
+def play(env, actions, **reset_kwargs):
+    """Reset, then play ``actions`` until the episode ends; the last info and obs."""
+    obs, info = env.reset(**reset_kwargs)
+    for action in actions:
+        obs, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            break
+    return obs, info
+
+
+def first_observations(env):
+    """The first observation of every held-out dungeon, by task id."""
+    return {
+        info["task_id"]: (obs, info)
+        for obs, info in (env.reset(options={"task_id": k}) for k in range(len(SPLITS["test"])))
+    }
+
+
+def test_no_held_out_first_observation_shows_or_names_the_side(test_env):
+    seen = first_observations(test_env)
+    assert len(seen) == len(SPLITS["test"])
+    for task_id, (obs, info) in seen.items():
+        task_line, *rest = obs.splitlines()
+        assert task_line == f"Task: {info['task']}"
+        # The task names the dungeon and no direction; the rest never mentions the stairs.
+        assert dungeon(task_id).name in info["task"]
+        assert not any(word in info["task"].lower() for word in DIRECTION_WORDS), task_id
+        body = "\n".join(rest)
+        assert "stair" not in body.lower().replace("> the staircase down", ""), task_id
+        drawn = body.split("Map (@ is you, > the staircase down):\n")[1].split("\nStatus")[0]
+        assert ">" not in drawn, task_id
+
+
+def test_fork_first_observations_are_the_same_whatever_the_side():
+    env = make("comprl/Memory-Fork-v0", split="test", observation_mode="text+map")
+    seen = first_observations(env)
+    env.close()
+    sides = {dungeon(task_id).side for task_id in seen}
+    assert sides == {"east", "west"}
+    # Everything but the dungeon's name is identical across all held-out dungeons.
+    bodies = {obs.replace(dungeon(task_id).name, "NAME") for task_id, (obs, _) in seen.items()}
+    assert len(bodies) == 1
+
+
+def walk(env, side, **reset_kwargs):
+    obs, info = play(env, [side] * env.unwrapped.max_steps, **reset_kwargs)
+    return info
+
+
+def test_one_side_wins_and_the_other_loses_in_every_held_out_dungeon(test_env):
+    for k in range(len(SPLITS["test"])):
+        won = {side: walk(test_env, side, options={"task_id": k})["won"] for side in SIDE_WORDS}
+        assert sorted(won.values()) == [False, True], (k, won)
+        winner = next(side for side, w in won.items() if w)
+        assert winner == test_env.unwrapped.dungeon.side
+
+
+def test_a_first_move_down_the_wrong_branch_loses(test_env):
+    for k in range(0, len(SPLITS["test"]), 4):
+        test_env.reset(options={"task_id": k})
+        right = test_env.unwrapped.dungeon.side
+        wrong = "west" if right == "east" else "east"
+        # One step wrong, back, then straight down the right branch: out of steps first.
+        obs, info = play(test_env, [wrong, right, right, right, right], options={"task_id": k})
+        assert not info["won"], k
+        assert info["step"] == test_env.unwrapped.max_steps
+
+
+def test_the_expert_wins_every_episode():
+    for env_id in IDS:
+        for split in ("train", "test"):
+            env = make(env_id, split=split)
+            agent = make_agent("expert", env)
+            for seed in range(16):
+                obs, info = env.reset(seed=seed)
+                agent.reset(info["task"], info)
+                done = False
+                while not done:
+                    obs, _, terminated, truncated, info = env.step(agent.act(obs, info))
+                    done = terminated or truncated
+                assert info["won"] and info["step"] == 3, (env_id, split, seed)
+            env.close()
+
+
+def test_the_landmark_marks_the_stairs_side():
+    env = make("comprl/Memory-Landmark-v0", split="test")
+    kinds = set()
+    for k in range(len(SPLITS["test"])):
+        obs, info = env.reset(options={"task_id": k})
+        [(kind, where)] = re.findall(r"^- ([a-z ]+): (1 step \w+ and 1 step \w+)$", obs, re.M)
+        kinds.add(kind)
+        side = next(word for word in SIDE_WORDS if word in where)
+        assert walk(env, side, options={"task_id": k})["won"], (k, obs)
+    env.close()
+    assert kinds == {"fountain", "neutral altar", "sink", "grave"}
+
+
+def test_the_held_out_pool_is_never_reached_from_the_training_pool():
+    train = make("comprl/Memory-Fork-v0", split="train")
+    seeds = [*range(2 * len(SPLITS["train"])), 2**31 - 2, 10**9 + 7, 123456789]
+    train_ids = {train.reset(seed=s)[1]["task_id"] for s in seeds}
+    assert len(train_ids) == len(SPLITS["train"])
+    test = make("comprl/Memory-Fork-v0", split="test")
+    test_ids = {test.reset(seed=s)[1]["task_id"] for s in range(len(SPLITS["test"]))}
+    assert len(test_ids) == len(SPLITS["test"])
+    assert not train_ids & test_ids
+    assert {dungeon(t).split for t in train_ids} == {"train"}
+    # Naming a held-out dungeon in the training env, by id, name or position, is refused.
+    held_out = next(iter(test_ids))
+    for task_id in (held_out, dungeon(held_out).name, len(SPLITS["train"])):
+        with pytest.raises(ConfigurationError):
+            train.reset(options={"task_id": task_id})
+    train.close()
+    test.close()
+
+
+def test_a_dungeon_recurs_and_the_same_seed_plays_the_same_episode():
+    a = make("comprl/Memory-Fork-v0", split="test")
+    b = make("comprl/Memory-Fork-v0", split="test")
+    obs_a, info_a = a.reset(seed=7)
+    obs_b, info_b = b.reset(seed=7)
+    assert obs_a == obs_b and info_a == info_b
+    for action in ("north", "east", "west"):
+        assert a.step(action)[:4] == b.step(action)[:4]
+    # seed 7 + 64 is the same dungeon: same task id, same side.
+    side = a.unwrapped.dungeon.side
+    assert a.reset(seed=7 + len(SPLITS["test"]))[1]["task_id"] == info_a["task_id"]
+    assert walk(a, side, seed=7 + len(SPLITS["test"]))["won"]
+    a.close()
+    b.close()
+
+
+def test_sides_are_balanced_and_names_never_give_them_away():
+    for split, indices in SPLITS.items():
+        sides = [dungeon(i).side for i in indices]
+        assert sides.count("east") == sides.count("west"), split
+    assert len(set(DUNGEON_NAMES)) == len(DUNGEON_NAMES) == 256
+    for name in DUNGEON_NAMES:
+        assert not any(
+            word in name.lower() for word in (*DIRECTION_WORDS, "stair", "left", "right")
+        )
+
+
+def side_named(text: str) -> str:
+    [side] = [word for word in SIDE_WORDS if re.search(rf"\b{word}\b", text)]
+    return side
+
+
+def test_oracle_lessons_win_and_inverted_lessons_lose_when_followed(test_env):
+    for k in range(0, len(SPLITS["test"]), 3):
+        task_id = test_env.reset(options={"task_id": k})[1]["task_id"]
+        oracle, inverted = oracle_lesson(task_id), inverted_lesson(task_id)
+        assert dungeon(task_id).name in oracle and dungeon(task_id).name in inverted
+        assert side_named(oracle) != side_named(inverted)
+        assert walk(test_env, side_named(oracle), options={"task_id": k})["won"]
+        assert not walk(test_env, side_named(inverted), options={"task_id": k})["won"]
+
+
+def test_the_placebo_says_nothing_and_is_as_long():
+    for index in (0, 100, 200, 255):
+        oracle, placebo = oracle_lesson(index), placebo_lesson(index)
+        words = placebo.lower().split()
+        assert not any(w.strip(".,") in (*DIRECTION_WORDS, "branch", "stairs") for w in words)
+        assert "stair" not in placebo.lower()
+        assert len(words) == len(oracle.split())
+        assert abs(len(placebo) - len(oracle)) <= 3
+        assert dungeon(index).name in placebo
+    assert len(rule_lesson().split()) - len(inverted_rule_lesson().split()) in (-1, 0, 1)
+
+
+def test_check_env_and_malformed_actions_never_raise():
+    for env_id in IDS:
+        env = make(env_id)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check_env(env.unwrapped, skip_render_check=True)
+        obs, info = env.reset(seed=3)
+        assert set(comprl_gym.INFO_KEYS) <= set(info)
+        for bad in ("dance", "", 3, "x" * 10_000):
+            obs, reward, terminated, truncated, info = env.step(bad)
+            assert info["invalid_action"] and reward == 0.0
+        env.close()
+
+
+def test_bad_configurations_are_refused():
+    with pytest.raises(ConfigurationError):
+        make("comprl/Memory-Fork-v0", split="valid")
+    with pytest.raises(ConfigurationError):
+        make("comprl/Memory-Fork-v0", max_steps=default_max_steps() + 1)
+    with pytest.raises(ConfigurationError):
+        make("comprl/Memory-Fork-v0", variant="maze")
+    env = make("comprl/Memory-Fork-v0", branch_length=5)
+    assert env.unwrapped.max_steps == 6
+    env.reset(seed=1)
+    assert walk(env, env.unwrapped.dungeon.side, seed=1)["step"] == 5
+    env.close()
