@@ -47,7 +47,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         resume=args.resume,
         keep_tokens=args.keep_tokens,
         progress=not args.no_progress,
+        suite=args.suite,
     )
+    if args.suite and args.seeds == [0]:  # the default: as many agent seeds as the suite plays
+        from comprl_gym.evaluation.suites import load_suite
+
+        config.seeds = list(range(load_suite(args.suite).episodes_per_task))
+    if not args.suite and not args.env_ids:
+        raise ConfigurationError("name env ids to evaluate, or a suite with --suite NAME@VERSION")
     summary = run_eval(config)
     print(summary_markdown(summary))
     print(f"results in {args.out}/ (episodes.jsonl, summary.json, summary.md)")
@@ -110,7 +117,14 @@ def add_commands(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("env_ids", nargs="+", help="ids or patterns such as 'comprl/MiniHack-*'")
+    p.add_argument("env_ids", nargs="*", help="ids or patterns such as 'comprl/MiniHack-*'")
+    p.add_argument(
+        "--suite",
+        default=None,
+        metavar="NAME@VERSION",
+        help="a versioned suite instead of env ids (it pins ids, arguments, step limits and "
+        "task seeds; only --env-arg data_dir=/sandbox= may be added); see README, Benchmarks",
+    )
     p.add_argument(
         "--agent",
         default="hf:smollm2",

@@ -120,6 +120,9 @@ class EvalConfig:
     resume: bool = False
     keep_tokens: bool = False
     progress: bool = True
+    #: a versioned suite ``NAME@VERSION`` (:mod:`comprl_gym.evaluation.suites`): it pins the
+    #: env ids, arguments, step limits and task seeds; ``env_ids`` stays empty.
+    suite: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The settings a resumed run must share with the original."""
@@ -279,6 +282,11 @@ def _record(traj: Trajectory, key: EpisodeKey, config: EvalConfig, manager: Any)
 
 def run_eval(config: EvalConfig) -> dict[str, Any]:
     """Run (or resume) an evaluation; returns the summary (also written to ``out_dir``)."""
+    if config.suite:  # one run per pinned task, merged (evaluation/suites.py)
+        from comprl_gym.evaluation.suites import run_suite
+
+        return run_suite(config)
+    started = time.time()
     out = Path(config.out_dir)
     env_ids = expand_env_ids(config.env_ids)
     if config.episodes < 1 or not config.seeds:
@@ -355,6 +363,9 @@ def run_eval(config: EvalConfig) -> dict[str, Any]:
             manager.close()
     summary = summarize(load_episodes(out), paired=config.paired_experience)
     write_summary(out, summary)
+    from comprl_gym.evaluation.provenance import write_provenance
+
+    write_provenance(out, config, time.time() - started)
     return summary
 
 
