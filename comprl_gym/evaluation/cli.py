@@ -62,7 +62,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
-    board = build_leaderboard(args.results)
+    board = build_leaderboard(args.results, suite=args.suite)
     paths = write_leaderboard(board, args.out, title=args.title)
     print(paths["markdown"].read_text())
     print("written: " + ", ".join(str(p) for p in paths.values()))
@@ -171,6 +171,13 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("results", nargs="+", help="eval result folders")
     p.add_argument("--out", required=True, help="folder for leaderboard.md / .json / .html")
     p.add_argument("--title", default="comprl-gym leaderboard")
+    p.add_argument(
+        "--suite",
+        default=None,
+        metavar="NAME@VERSION",
+        help="rank only runs of this suite version with its published content hash; others "
+        "are refused, with the reason",
+    )
     p.set_defaults(func=_cmd_leaderboard)
 
     from comprl_gym.evaluation import validate

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 import os
@@ -43,6 +44,7 @@ from comprl_gym.evaluation.eval import (
     _warnings_markdown,
     load_episodes,
 )
+from comprl_gym.evaluation.provenance import PROVENANCE_FILE
 from comprl_gym.evaluation.stats import (
     episodes_needed,
     proportion_ci,
@@ -62,12 +64,30 @@ def _clip(text: Any) -> str:
     return text if len(text) <= MAX_VIEWER_CHARS else text[:MAX_VIEWER_CHARS] + " [...]"
 
 
-def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
-    """Read result folders; returns ``{"rows", "per_env", "episodes", "families", "labels"}``.
+def _run_provenance(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+    path = folder / PROVENANCE_FILE
+    try:
+        provenance = json.loads(path.read_text()) if path.exists() else {}
+    except json.JSONDecodeError:
+        provenance = {}
+    if not provenance.get("suite") and config.get("suite"):
+        provenance["suite"] = config["suite"]
+    return provenance
 
-    Families are in the order they are listed (:mod:`comprl_gym.families`); a family no spec
-    knows still gets its column, after them, under its own name.
+
+def build_leaderboard(
+    folders: list[str | os.PathLike[str]], suite: str | None = None
+) -> dict[str, Any]:
+    """Read result folders; returns ``{"rows", "per_env", "episodes", "families", "labels",
+    "groups", "refused", "notices"}``.
+
+    Rows are grouped by suite version and content hash (:mod:`comprl_gym.evaluation.suites`)
+    and ranked only within their group; ``suite="NAME@VERSION"`` keeps the runs of that
+    version with its published hash and refuses the others, saying why. Families are in the
+    order they are listed (:mod:`comprl_gym.families`); a family no spec knows still gets its
+    column, after them, under its own name.
     """
+    refused: list[str] = []
     rows: list[dict[str, Any]] = []
     warnings: list[str] = []
     per_env: list[dict[str, Any]] = []
@@ -89,6 +109,13 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
                 config = json.loads((folder / CONFIG_FILE).read_text())
             except json.JSONDecodeError:
                 config = {}
+        provenance = _run_provenance(folder, config)
+        run_suite = provenance.get("suite") or {}
+        if suite is not None:
+            why = _refusal(folder.name, run_suite, suite)
+            if why:
+                refused.append(why)
+                continue
         latest: dict[str, dict[str, Any]] = {}
         for r in records:
             latest[r["key"]] = r
@@ -105,6 +132,13 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
             row: dict[str, Any] = {
                 "run": run_id,
                 "folder": str(folder),
+                "suite": run_suite.get("key"),
+                "suite_hash": run_suite.get("hash"),
+                "group": _group_label(run_suite),
+                "episodes_expected": run_suite.get("episodes_expected"),
+                "agent_provenance": provenance.get("agent") or {"spec": agent},
+                "finished_at": provenance.get("finished_at", ""),
+                "flags": [],
                 "agent": agent,
                 "condition": condition,
                 "episodes": len(recs),
@@ -124,7 +158,7 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
             env: dict[str, list[dict[str, Any]]] = defaultdict(list)
             for r in recs:
                 fam[r.get("env_family", "?")].append(float(bool(r["won"])))
-                env[r["env_id"]].append(r)
+                env[_env_label(r)].append(r)
             row["families"] = {f: proportion_ci(v).to_dict() for f, v in sorted(fam.items())}
             rows.append(row)
             warning = resolution_warning(f"{run_id}: success", success, row["episodes_needed"])
@@ -144,6 +178,8 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
                 )
             episodes[run_id] = [_viewer_episode(r) for r in recs[:MAX_VIEWER_EPISODES]]
     rows.sort(key=lambda r: -(r["success"]["mean"] if not math.isnan(r["success"]["mean"]) else -1))
+    groups = _rank_in_groups(rows)
+    notices = _version_notices(rows)
     families = [f for f in family_specs() if any(f in r["families"] for r in rows)]
     families += sorted({f for r in rows for f in r["families"]} - set(families))
     labels = {f: spec.label if (spec := family_spec(f)) else f for f in families}
@@ -154,7 +190,98 @@ def build_leaderboard(folders: list[str | os.PathLike[str]]) -> dict[str, Any]:
         "families": families,
         "labels": labels,
         "warnings": warnings,
+        "groups": groups,
+        "refused": refused,
+        "notices": notices,
     }
+
+
+NO_SUITE = "no suite"
+#: Flags of a row: its run is not complete; its n cannot resolve a difference of 0.1; a second
+#: run from the same recorded settings fell within its interval.
+INCOMPLETE, SMALL_N, REPRODUCED = "incomplete", "small n", "reproduced"
+
+
+def _group_label(run_suite: dict[str, Any]) -> str:
+    if not run_suite.get("key"):
+        return NO_SUITE
+    return f"{run_suite['key']} ({str(run_suite.get('hash'))[:12]})"
+
+
+def _env_label(record: dict[str, Any]) -> str:
+    task = record.get("suite_task")
+    return f"{record['env_id']} [{task}]" if task else record["env_id"]
+
+
+def _refusal(run: str, run_suite: dict[str, Any], wanted: str) -> str | None:
+    """Why ``run`` may not share a rank on suite ``wanted`` (``None`` when it may)."""
+    from comprl_gym.evaluation.suites import load_suite
+
+    published = load_suite(wanted).published_hash
+    key, content = run_suite.get("key"), run_suite.get("hash")
+    if key != wanted:
+        return (
+            f"{run}: refused a rank on {wanted}: it ran "
+            f"{'suite ' + key if key else 'no suite'}; results of different suite versions "
+            "are not comparable"
+        )
+    if content != published:
+        return (
+            f"{run}: refused a rank on {wanted}: it played content hashed "
+            f"{str(content)[:12]}, not the published {str(published)[:12]} (other data or "
+            "engines); rerun it where the content matches"
+        )
+    return None
+
+
+def _same_settings(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    keys = ("spec", "weights_sha256", "sampling", "seeds")
+    pa, pb = a["agent_provenance"], b["agent_provenance"]
+    return a["condition"] == b["condition"] and all(pa.get(k) == pb.get(k) for k in keys)
+
+
+def _rank_in_groups(rows: list[dict[str, Any]]) -> list[str]:
+    """Rank rows within their suite group, set their flags; returns the groups in order."""
+    groups: list[str] = []
+    for row in rows:
+        if row["group"] not in groups:
+            groups.append(row["group"])
+    groups.sort(key=lambda g: (g == NO_SUITE, g))
+    rows.sort(key=lambda r: groups.index(r["group"]))  # stable: best first within a group
+    rank: dict[str, int] = defaultdict(int)
+    for row in rows:
+        rank[row["group"]] += 1
+        row["rank"] = rank[row["group"]]
+        expected = row.get("episodes_expected")
+        if expected and row["episodes"] < expected:
+            row["flags"].append(f"{INCOMPLETE} ({row['episodes']} of {expected})")
+        if row["episodes"] < (row["episodes_needed"] or 0):
+            row["flags"].append(SMALL_N)
+    for i, first in enumerate(rows):
+        for second in rows[i + 1 :]:
+            if first["group"] != second["group"] or first["group"] == NO_SUITE:
+                continue
+            if not _same_settings(first, second):
+                continue
+            a, b = sorted((first, second), key=lambda r: (r["finished_at"], r["run"]))
+            if a["success"]["low"] <= b["success"]["mean"] <= a["success"]["high"]:
+                for row, other in ((a, b), (b, a)):
+                    row["flags"].append(f"{REPRODUCED} (by {other['run']})")
+    return groups
+
+
+def _version_notices(rows: list[dict[str, Any]]) -> list[str]:
+    """One sentence per suite played in several versions or content hashes."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        if row["suite"]:
+            seen[row["suite"].split("@")[0]].add(row["group"])
+    return [
+        f"suite {name}: {len(labels)} versions or content hashes ({', '.join(sorted(labels))}) "
+        "are ranked separately: results of different suite versions are not comparable"
+        for name, labels in sorted(seen.items())
+        if len(labels) > 1
+    ]
 
 
 def _viewer_episode(record: dict[str, Any]) -> dict[str, Any]:
@@ -194,18 +321,24 @@ def leaderboard_markdown(board: dict[str, Any], title: str = "comprl-gym leaderb
     lines.append(
         "| rank | run | agent | "
         + " | ".join(board["labels"][f] for f in fams)
-        + " | overall | episodes | steps | tokens/episode |"
+        + " | overall | episodes | steps | tokens/episode | suite | flags |"
     )
     lines.append(
-        "| --- | --- | --- | " + " | ".join("---" for _ in fams) + " | --- | --- | --- | --- |"
+        "| --- | --- | --- | "
+        + " | ".join("---" for _ in fams)
+        + " | --- | --- | --- | --- | --- | --- |"
     )
-    for rank, r in enumerate(board["rows"], start=1):
+    for r in board["rows"]:
         cells = [_ci(r["families"].get(f)) for f in fams]
         lines.append(
-            f"| {rank} | {r['run']} | `{r['agent']}` | "
+            f"| {r['rank']} | {r['run']} | `{r['agent']}` | "
             + " | ".join(cells)
-            + f" | {_ci(r['success'])} | {r['episodes']} | {r['steps_mean']:.1f} | {r['tokens_mean']:.0f} |"
+            + f" | {_ci(r['success'])} | {r['episodes']} | {r['steps_mean']:.1f} | "
+            f"{r['tokens_mean']:.0f} | {r['group']} | {', '.join(r['flags'])} |"
         )
+    if len(board.get("groups", [])) > 1:
+        lines.append("\nRanks count within a suite group (suite version and content hash).")
+    lines += [f"\n> {n}" for n in board.get("notices", []) + board.get("refused", [])]
     lines += [
         "\n## Per env id\n",
         "| run | env id | episodes | success | steps |",
@@ -232,6 +365,8 @@ tr.sel{background:#eef5ff}.won{color:#070}.lost{color:#a00}pre{white-space:pre-w
 </style></head><body>
 <h1>__TITLE__</h1>
 <p>Success rate with 95% Wilson score interval. Click a column to sort; click a row to browse its episodes.</p>
+<label>Suite: <select id="suite-filter"></select></label>
+<ul id="notices" class="warn"></ul>
 <table id="board"><thead><tr id="head"></tr></thead><tbody></tbody></table>
 <ul id="warnings" class="warn"></ul>
 <h2 id="eptitle">Episodes</h2><ul id="episodes"></ul><div id="viewer"></div>
@@ -242,7 +377,7 @@ const DATA = JSON.parse(document.getElementById("data").textContent);
 const fams = DATA.families;
 const ci = c => (!c || c.n === 0 || c.mean === null) ? "\\u2013" : c.mean.toFixed(2) + " [" + c.low.toFixed(2) + ", " + c.high.toFixed(2) + "]";
 const cols = [
-  {name: "run", get: r => r.run, show: r => r.run},
+  {name: "run", get: r => r.run, show: r => r.run + (r.flags.length ? " \u2014 " + r.flags.join("; ") : "")},
   {name: "agent", get: r => r.agent, show: r => r.agent},
   ...fams.map(f => ({name: DATA.labels[f], get: r => r.families[f] ? r.families[f].mean : -1, show: r => ci(r.families[f])})),
   {name: "overall", get: r => r.success.mean, show: r => ci(r.success)},
@@ -259,9 +394,10 @@ function renderHead() {
 }
 function render() {
   renderHead();
-  const rows = DATA.rows.slice().sort((a, b) => { const x = cols[sortCol].get(a), y = cols[sortCol].get(b); return (x < y ? -1 : x > y ? 1 : 0) * sortDir; });
+  const wantedGroup = document.getElementById("suite-filter").value;
+  const rows = DATA.rows.filter(r => !wantedGroup || r.group === wantedGroup).sort((a, b) => { const x = cols[sortCol].get(a), y = cols[sortCol].get(b); return (x < y ? -1 : x > y ? 1 : 0) * sortDir; });
   const body = document.querySelector("#board tbody"); body.innerHTML = "";
-  rows.forEach(r => { const tr = el("tr"); tr.dataset.run = r.run; cols.forEach(c => tr.appendChild(el("td", c.show(r))));
+  rows.forEach(r => { const tr = el("tr"); tr.dataset.run = r.run; tr.dataset.group = r.group; cols.forEach(c => tr.appendChild(el("td", c.show(r))));
     tr.onclick = () => { document.querySelectorAll("#board tr").forEach(t => t.classList.remove("sel")); tr.classList.add("sel"); showRun(r.run); };
     body.appendChild(tr); });
 }
@@ -285,7 +421,14 @@ function showEpisode(ep) {
     d.appendChild(el("pre", t.observation)); if (t.text) d.appendChild(el("pre", "reply: " + t.text)); d.appendChild(el("div", "action: " + t.action));
     v.appendChild(d); });
 }
+const filter = document.getElementById("suite-filter");
+filter.appendChild(el("option", "all suites (ranked within each)")); filter.options[0].value = "";
+(DATA.groups || []).forEach(g => { const o = el("option", g); o.value = g; filter.appendChild(o); });
+const fromHash = decodeURIComponent((location.hash.match(/^#suite=(.*)$/) || [])[1] || "");
+if (fromHash) filter.value = fromHash;
+filter.onchange = render;
 render();
+[...(DATA.notices || []), ...(DATA.refused || [])].forEach(n => document.getElementById("notices").appendChild(el("li", n)));
 (DATA.warnings || []).forEach(w => document.getElementById("warnings").appendChild(el("li", "\\u26A0 " + w)));
 if (DATA.rows.length) showRun(DATA.rows[0].run);
 // A link such as leaderboard.html#ep=KEY opens that episode.
@@ -315,4 +458,42 @@ def write_leaderboard(
     atomic_write_text(paths["markdown"], leaderboard_markdown(board, title))
     atomic_write_json(paths["json"], jsonable({k: v for k, v in board.items() if k != "episodes"}))
     atomic_write_text(paths["html"], leaderboard_html(board, title))
+    paths.update(write_family_plots(board, out))
+    return paths
+
+
+def write_family_plots(board: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """One PNG per family: each row's success with its 95% interval, labelled by suite group."""
+    if not board["rows"]:
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from comprl_gym.utils import atomic_write_bytes
+
+    paths = {}
+    for family in board["families"]:
+        rows = [r for r in board["rows"] if r["families"].get(family, {}).get("n")]
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+        for y, r in enumerate(rows):
+            ci = r["families"][family]
+            ax.errorbar(
+                ci["mean"], y, xerr=[[ci["mean"] - ci["low"]], [ci["high"] - ci["mean"]]], fmt="o"
+            )
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"{r['run']} [{r['group']}]" for r in rows], fontsize=7)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("success (95% Wilson interval)")
+        ax.set_title(board["labels"][family])
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=110)
+        plt.close(fig)
+        path = Path(out_dir) / f"leaderboard_{family}.png"
+        atomic_write_bytes(path, buffer.getvalue())
+        paths[f"plot_{family}"] = path
     return paths
