@@ -113,10 +113,25 @@ def test_a_first_move_down_the_wrong_branch_loses(test_env):
         test_env.reset(options={"task_id": k})
         right = test_env.unwrapped.dungeon.side
         wrong = "west" if right == "east" else "east"
-        # One step wrong, back, then straight down the right branch: out of steps first.
-        obs, info = play(test_env, [wrong, right, right, right, right], options={"task_id": k})
-        assert not info["won"], k
-        assert info["step"] == test_env.unwrapped.max_steps
+        # One step into the wrong branch ends the episode, however many steps are left.
+        test_env.reset(options={"task_id": k})
+        obs, _, terminated, truncated, info = test_env.step(wrong)
+        assert terminated and not truncated and not info["won"], k
+        assert info["end_status"] == "WRONG_BRANCH" and info["step"] == 1
+        assert f"the {wrong} branch" in obs
+        # Nothing more happens after it.
+        obs, _, terminated, _, info = test_env.step(right)
+        assert terminated and info["invalid_action"] and not info["won"]
+    # Walls and the landmark's alcove are not the wrong branch.
+    env = make("comprl/Memory-Landmark-v0", split="test")
+    for k in range(8):
+        env.reset(options={"task_id": k})
+        d = env.unwrapped.dungeon
+        vertical = "north" if d.landmark_row == "north" else "south"
+        into_alcove = f"{vertical}-{d.side}"
+        obs, info = play(env, ["north", "south", into_alcove], options={"task_id": k})
+        assert info.get("end_status") != "WRONG_BRANCH" and info["step"] == 3, obs
+    env.close()
 
 
 def test_the_expert_wins_every_episode():
@@ -239,11 +254,11 @@ def test_bad_configurations_are_refused():
     with pytest.raises(ConfigurationError):
         make("comprl/Memory-Fork-v0", split="valid")
     with pytest.raises(ConfigurationError):
-        make("comprl/Memory-Fork-v0", max_steps=default_max_steps() + 1)
-    with pytest.raises(ConfigurationError):
         make("comprl/Memory-Fork-v0", variant="maze")
+    with pytest.raises(ConfigurationError):
+        make("comprl/Memory-Fork-v0", branch_length=1)
     env = make("comprl/Memory-Fork-v0", branch_length=5)
-    assert env.unwrapped.max_steps == 6
+    assert env.unwrapped.max_steps == default_max_steps(5) == 7
     env.reset(seed=1)
     assert walk(env, env.unwrapped.dungeon.side, seed=1)["step"] == 5
     env.close()

@@ -2,8 +2,8 @@
 
 256 named dungeons, each a dark MiniHack hall that forks at the start; the staircase down is
 at the end of one branch, out of sight, on a side fixed per dungeon and drawn at random
-across dungeons. The task text names the dungeon, never the side, and the step limit leaves
-no time to try both branches, so a policy without memory wins at most about half the time,
+across dungeons. The task text names the dungeon, never the side, and the other branch is a
+dead end whose first cell ends the episode, so a policy without memory wins at most half the time,
 and a lesson from an earlier visit ("In the Vault of Marrow the staircase down is at the end
 of the west branch.") makes every visit winnable. See :mod:`.dungeons` for the generator, the
 task pools and the lesson helpers, :mod:`.env` for the env, :mod:`.expert` for the oracle.
@@ -58,7 +58,6 @@ SPEC = FamilySpec(
         EnvEntry(
             "comprl/Memory-Fork-v0",
             _ENTRY_POINT,
-            "memory",
             "a named dark fork; the stairs' side is fixed per dungeon and never shown "
             "(recall: only a lesson from an earlier visit tells it)",
             {"variant": "fork"},
@@ -66,7 +65,6 @@ SPEC = FamilySpec(
         EnvEntry(
             "comprl/Memory-Landmark-v0",
             _ENTRY_POINT,
-            "memory",
             "a named dark fork; a landmark beside the start marks the stairs' side "
             "(a rule that transfers to unseen dungeons)",
             {"variant": "landmark"},
@@ -77,8 +75,8 @@ SPEC = FamilySpec(
         "You play MiniHack, a small NetHack dungeon, through text. You see the cells around "
         "you described in words. An action is a direction to move (north, east, south, west, "
         "north-east, south-east, south-west, north-west). The hall is dark and splits into two "
-        "branches; reach the staircase down ('>') at the end of one of them to win. There is "
-        "only time to walk down one branch."
+        "branches; reach the staircase down ('>') at the end of one of them to win. The other "
+        "branch is a dead end: stepping into it loses at once."
     ),
     extractor_focus=(
         "You are the cartographer of named MiniHack dungeons. Each dungeon is a dark hall that "

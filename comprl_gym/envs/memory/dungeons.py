@@ -11,6 +11,9 @@ The side is fixed per dungeon and drawn across dungeons from a hash of the name 
 dungeons of each pool east, half west), so the same dungeon always hides its stairs on the
 same side and nothing in the weights can say which side a dungeon it has not met uses.
 
+The branch without the stairs is a dead end: the env ends the episode, lost, on the first step
+into it, so only the first choice of side matters.
+
 * ``variant="fork"`` (*recall*): nothing in the observation tells the sides apart; only a
   lesson from an earlier visit to the same dungeon can.
 * ``variant="landmark"`` (*rule*): a landmark (a fountain, altar, sink or grave) stands in an
@@ -45,7 +48,7 @@ from comprl_gym.core import ConfigurationError
 GENERATOR_VERSION = 1
 VARIANTS: tuple[str, ...] = ("fork", "landmark")
 SIDES: tuple[str, ...] = ("east", "west")
-#: Steps from the start to the stairs; the default step limit is one more (see
+#: Steps from the start to the stairs; the default step limit is two more (see
 #: :func:`default_max_steps`).
 BRANCH_LENGTH = 3
 #: Landmarks of the ``landmark`` variant: des-file command -> nle's words for it.
@@ -206,16 +209,15 @@ def pool(split: str) -> range:
 
 
 def default_max_steps(branch_length: int = BRANCH_LENGTH) -> int:
-    """The step limit: the right branch plus one spare step.
-
-    A first move down the wrong branch costs two steps (there and back) before the right
-    branch's ``branch_length``, so it always loses.
+    """The default step limit: the branch plus two spare steps (a bump into a wall, a word
+    that is not an action). The wrong branch needs no limit to lose: its first cell ends the
+    episode.
 
     Example:
         >>> default_max_steps()
-        4
+        5
     """
-    return branch_length + 1
+    return branch_length + 2
 
 
 def task_text(variant: str, d: Dungeon) -> str:
@@ -324,8 +326,9 @@ def inverted_lesson(task: int | str) -> str:
     return _lesson(d, f"the staircase down is at the end of the {other} branch.")
 
 
-#: The placebo's words after the dungeon's name: as many words as the oracle's (11) and one
-#: character fewer, naming no side, no branch and no stairs.
+#: The placebo's words after the dungeon's name: as many words as the oracle's (11), one
+#: character fewer and, for every dungeon, exactly as many SmolLM2 tokens (18.25 on average,
+#: as the oracle and the inverted lesson); it names no side, no branch and no stairs.
 _PLACEBO_FACT = "the air is cold and the old stone walls drip water."
 
 
@@ -344,6 +347,8 @@ _LANDMARK_WORDS = "the fountain, altar, sink or grave beside the start"
 
 def rule_lesson() -> str:
     """The ``landmark`` variant's rule, true in every dungeon (for lessons that generalise).
+
+    It and :func:`inverted_rule_lesson` are 32 SmolLM2 tokens each.
 
     Example:
         >>> rule_lesson()

@@ -12,7 +12,7 @@ Example:
     >>> env = gym.make("comprl/Memory-Fork-v0", split="test")
     >>> obs, info = env.reset(seed=0)
     >>> info["task_id"], info["env_family"], env.unwrapped.max_steps
-    ('fork/vault-of-iron', 'memory', 4)
+    ('fork/vault-of-iron', 'memory', 5)
     >>> "staircase down:" in obs  # the stairs are out of sight
     False
     >>> env.close()
@@ -24,7 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from comprl_gym.core import ConfigurationError, EnvBackendError
+from comprl_gym.core import ConfigurationError, EnvBackendError, Transition
 from comprl_gym.envs.memory.dungeons import (
     BRANCH_LENGTH,
     VARIANTS,
@@ -41,6 +41,8 @@ from comprl_gym.envs.minihack.language import cell_description
 
 #: The minihack id the env is built on (its des-file is replaced on every reset that needs it).
 BASE_TASK = "MiniHack-Memory-Hall-v0"
+#: ``info["end_status"]`` of an episode that entered the branch without the stairs.
+WRONG_BRANCH = "WRONG_BRANCH"
 #: nle's words for the hall's cells next to the start (unlit room floor seen from beside it).
 _HALL_FLOOR = "floor of a room"
 
@@ -63,8 +65,7 @@ class MemoryTextEnv(MiniHackTextEnv):
         split: ``"train"`` (dungeons 0-191) or ``"test"`` (the held-out dungeons 192-255).
             An env of one split never plays a dungeon of the other.
         branch_length: steps from the start to the stairs (default 3).
-        max_steps: step limit, at most ``branch_length + 1`` (the default), so that a first
-            move down the wrong branch always loses.
+        max_steps: step limit (default ``branch_length + 2``: two spare steps).
         observation_mode, render_mode: as :class:`MiniHackTextEnv`.
 
     ``reset(seed=s)`` plays the pool's dungeon number ``s mod len(pool)``;
@@ -72,6 +73,10 @@ class MemoryTextEnv(MiniHackTextEnv):
     (``"fork/vault-of-marrow"``), name, or position in the pool (an int), and raises
     :class:`ConfigurationError` for a dungeon of the other split. ``info["task_id"]`` names
     the dungeon, the same on every visit. Privileged access for the expert: :attr:`dungeon`.
+
+    The branch without the stairs is a dead end: the first step into it ends the episode,
+    lost (``info["end_status"] == "WRONG_BRANCH"``; the last observation says which branch it
+    was, after the choice is made), so one wrong choice loses whatever the step limit.
     """
 
     env_family = "memory"
@@ -88,18 +93,12 @@ class MemoryTextEnv(MiniHackTextEnv):
         if variant not in VARIANTS:
             raise ConfigurationError(f"variant must be one of {VARIANTS}, got {variant!r}")
         self.pool = pool(split)
-        limit = default_max_steps(branch_length)
         des_file(variant, "east", "FOUNTAIN", "north", branch_length)  # checks branch_length
-        if max_steps is not None and not 1 <= max_steps <= limit:
-            raise ConfigurationError(
-                f"max_steps must be in 1..{limit} (branch_length + 1), got {max_steps}: with "
-                "more, a first move down the wrong branch could still win"
-            )
         _register_base_task()
         super().__init__(
             task=BASE_TASK,
             observation_mode=observation_mode,
-            max_steps=max_steps or limit,
+            max_steps=max_steps or default_max_steps(branch_length),
             render_mode=render_mode,
         )
         self.variant = variant
@@ -137,9 +136,29 @@ class MemoryTextEnv(MiniHackTextEnv):
         self.renderer.task_description = task_text(self.variant, chosen)
         observation, extra = super()._reset_task(seed, {})
         self._check_level()
+        self._start_x = int(self.nle_observation["blstats"][0])
         self.task = self.renderer.task_description
         self.task_id = chosen.task_id(self.variant)
         return observation, {**extra, "dungeon": chosen.name, "split": self.split}
+
+    def _step_task(self, action: str) -> Transition:
+        transition = super()._step_task(action)
+        if transition.terminated or transition.invalid_action or self.dungeon is None:
+            return transition
+        x = int(self.nle_observation["blstats"][0])
+        right = 1 if self.dungeon.side == "east" else -1
+        if (x - self._start_x) * right >= 0:
+            return transition
+        wrong = "west" if right == 1 else "east"
+        return Transition(
+            observation=(
+                f"Task: {self.task}\nYou walked into the {wrong} branch of {self.dungeon.name}, "
+                "a dead end: the staircase down is not there. The episode is over: you lost."
+            ),
+            reward=transition.reward,
+            terminated=True,
+            info={"end_status": WRONG_BRANCH},
+        )
 
     def _check_level(self) -> None:
         """Fail loudly if NetHack is not playing the hall (a des-file that did not compile
@@ -154,4 +173,4 @@ class MemoryTextEnv(MiniHackTextEnv):
             )
 
 
-__all__ = ["BASE_TASK", "MemoryTextEnv"]
+__all__ = ["BASE_TASK", "WRONG_BRANCH", "MemoryTextEnv"]
