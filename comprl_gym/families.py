@@ -4,7 +4,7 @@ Each family folder (``comprl_gym/envs/<family>/``) exports ``SPEC``: its gymnasi
 expert agent, the actor's action grammar, the extractor's focus and its leaderboard label.
 Registration, the actor and extractor prompts, ``make_agent("expert", env)`` and the
 leaderboard all read the specs, so adding a family is one new folder plus one line in
-:data:`comprl_gym.envs.FAMILY_MODULES` (or, for a family that lives in another package, one
+:data:`FAMILY_MODULES` (or, for a family that lives in another package, one
 call to :func:`comprl_gym.registration.add_family`).
 
 Everything here is light: entry points and experts are ``"module:Name"`` strings, so reading
@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.envs import FAMILY_MODULES
 
 
 @dataclass(frozen=True)
@@ -37,9 +36,11 @@ class EnvEntry:
 
     env_id: str
     entry_point: str
-    family: str
     description: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: The family's name, filled in by the :class:`FamilySpec` that lists the entry (written
+    #: once, as ``FamilySpec.name``).
+    family: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,21 @@ class FamilySpec:
     extractor_focus: str
 
     def __post_init__(self) -> None:
-        strays = [e.env_id for e in self.entries if e.family != self.name]
+        strays = [e.env_id for e in self.entries if e.family not in ("", self.name)]
         if strays:
             raise ConfigurationError(f"family {self.name!r} lists ids of another family: {strays}")
+        entries = tuple(replace(e, family=self.name) for e in self.entries)
+        object.__setattr__(self, "entries", entries)
 
+
+#: The built-in family packages, in the order ids, prompts and leaderboard columns list them.
+FAMILY_MODULES: tuple[str, ...] = (
+    "comprl_gym.envs.minihack",
+    "comprl_gym.envs.alfworld",
+    "comprl_gym.envs.webshop",
+    "comprl_gym.envs.swebench",
+    "comprl_gym.envs.memory",
+)
 
 #: Family modules added at run time (:func:`add_family_module`), after the built-in ones.
 _EXTRA_MODULES: list[str] = []

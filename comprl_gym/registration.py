@@ -61,7 +61,7 @@ def add_family(module_name: str) -> FamilySpec:
     """Add a family from another package (a module exporting ``SPEC``) and register its ids.
 
     This is the one line that lists a family kept outside ``comprl_gym/envs/``; built-in
-    families are listed in :data:`comprl_gym.envs.FAMILY_MODULES`.
+    families are listed in :data:`comprl_gym.families.FAMILY_MODULES`.
     """
     spec = add_family_module(module_name)
     register_envs()

@@ -15,10 +15,9 @@ import pytest
 
 from comprl_gym.agents.prompts import GENERIC_GRAMMAR, PromptConfig, system_prompt
 from comprl_gym.core import ConfigurationError
-from comprl_gym.envs import FAMILY_MODULES
 from comprl_gym.evaluation.leaderboard import build_leaderboard
 from comprl_gym.experience.prompts import extractor_system_prompt
-from comprl_gym.families import EnvEntry, FamilySpec, family_spec, family_specs
+from comprl_gym.families import FAMILY_MODULES, EnvEntry, FamilySpec, family_spec, family_specs
 from comprl_gym.registration import ENV_TABLE, add_family
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +66,7 @@ class CoinExpert:
 SPEC = FamilySpec(
     name="toycoin",
     label="Toy Coin",
-    entries=(EnvEntry("comprl/ToyCoin-v0", "toycoin_family:CoinEnv", "toycoin", "call a coin"),),
+    entries=(EnvEntry("comprl/ToyCoin-v0", "toycoin_family:CoinEnv", "call a coin"),),
     expert="toycoin_family:CoinExpert",
     action_grammar="You call a coin. An action is heads or tails.",
     extractor_focus="You are a coin-calling archivist.",
@@ -111,7 +110,7 @@ print(json.dumps(out))
 
 def test_every_builtin_family_is_listed_and_complete():
     specs = family_specs()
-    assert list(specs) == ["minihack", "alfworld", "webshop", "swebench"]
+    assert list(specs) == ["minihack", "alfworld", "webshop", "swebench", "memory"]
     assert [module.rsplit(".", 1)[1] for module in FAMILY_MODULES] == list(specs)
     for name, spec in specs.items():
         assert spec.label and spec.expert and spec.action_grammar and spec.extractor_focus, name
@@ -130,7 +129,9 @@ def test_prompts_read_the_family_specs():
 
 
 def test_a_spec_refuses_ids_of_another_family():
-    stray = EnvEntry("comprl/Stray-v0", "m:C", "webshop", "an id filed under the wrong family")
+    stray = EnvEntry(
+        "comprl/Stray-v0", "m:C", "an id filed under the wrong family", family="webshop"
+    )
     with pytest.raises(ConfigurationError, match="another family"):
         FamilySpec("minihack", "MiniHack", (stray,), "", "", "")
 

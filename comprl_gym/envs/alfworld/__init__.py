@@ -34,7 +34,6 @@ SPEC = FamilySpec(
         EnvEntry(
             "comprl/ALFWorld-v0",
             _ENTRY_POINT,
-            "alfworld",
             "ALFWorld household tasks, all six types (official json_2.1.1 or generated games)",
             {},
         ),
@@ -42,7 +41,6 @@ SPEC = FamilySpec(
             EnvEntry(
                 f"comprl/ALFWorld-{suffix}-v0",
                 _ENTRY_POINT,
-                "alfworld",
                 f"ALFWorld, {task_type.replace('_', ' ')} tasks only",
                 {"task_types": (task_type,)},
             )

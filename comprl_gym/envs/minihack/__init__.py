@@ -50,7 +50,6 @@ SPEC = FamilySpec(
             EnvEntry(
                 f"comprl/MiniHack-{name}-v0",
                 _ENTRY_POINT,
-                "minihack",
                 what,
                 {"task": f"MiniHack-{name}-v0"},
             )
@@ -59,7 +58,6 @@ SPEC = FamilySpec(
         EnvEntry(
             "comprl/MiniHack-v0",
             _ENTRY_POINT,
-            "minihack",
             "any minihack task: gym.make('comprl/MiniHack-v0', task='MiniHack-River-v0')",
             {"task": "MiniHack-Room-5x5-v0"},
         ),

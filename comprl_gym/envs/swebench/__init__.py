@@ -15,7 +15,6 @@ SPEC = FamilySpec(
         EnvEntry(
             "comprl/SWEBench-v0",
             "comprl_gym.envs.swebench:SWEBenchEnv",
-            "swebench",
             "SWE-bench style repository repair in a Docker or bubblewrap sandbox",
             {},
         ),

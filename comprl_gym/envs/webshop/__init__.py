@@ -17,7 +17,6 @@ SPEC = FamilySpec(
         EnvEntry(
             "comprl/WebShop-v0",
             "comprl_gym.envs.webshop:WebShopEnv",
-            "webshop",
             "WebShop text shopping: search, pick a product and options, buy",
             {},
         ),
