@@ -25,19 +25,18 @@ Example:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from comprl_gym.agents.prompts import build_critique_messages
+from comprl_gym.experience.tags import last_tag
 from comprl_gym.llm.base import LLMBackend, SamplingParams
 
 #: The critic score of each decision (reference ``_parse_actor_critic_response``).
 CRITIC_SCORES = {"reject": -1.0, "accept": 1.0, "refine": 0.5}
 #: Every decision a critique can end in (``unparsed``: no readable decision).
 DECISIONS = ("accept", "reject", "refine", "unparsed")
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 @dataclass
@@ -72,11 +71,11 @@ def parse_critique(reply: str, experiences: Sequence[str]) -> Critique:
         ['Go east.']
     """
     unparsed = Critique("unparsed", None, [])
-    answers = _ANSWER.findall(reply)
-    if not answers:
+    answer = last_tag(reply, "answer")
+    if answer is None:
         return unparsed
     try:
-        decision = json.loads(answers[-1].strip())
+        decision = json.loads(answer)
     except json.JSONDecodeError:
         return unparsed
     if not isinstance(decision, dict):

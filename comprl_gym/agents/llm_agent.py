@@ -51,7 +51,7 @@ from comprl_gym.agents.critique import Critique, ExperienceCritic
 from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages, turn_message
 from comprl_gym.core import ConfigurationError, normalize_action_text
 from comprl_gym.experience.search_and_ask import find_tag
-from comprl_gym.llm import make_backend
+from comprl_gym.llm import BACKEND_KINDS, make_backend
 from comprl_gym.llm.base import Generation, LLMBackend, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -579,7 +579,8 @@ class LLMAgent:
 # --------------------------------------------------------------------------------------------
 _BACKENDS: dict[str, LLMBackend] = {}
 _BACKENDS_LOCK = threading.Lock()
-LLM_SPEC_KINDS = ("hf", "llm", "vllm", "openai")
+#: The LLM kinds an agent spec may name: the backend kinds (one list, in :mod:`comprl_gym.llm`).
+LLM_SPEC_KINDS = tuple(BACKEND_KINDS)
 
 
 def parse_agent_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -661,7 +662,7 @@ def agent_from_spec(spec: str, env: Any = None, seed: int | None = None) -> LLMA
     """Build an :class:`LLMAgent` from a spec (see the module docstring for the grammar)."""
     backend_spec, options = parse_agent_spec(spec)
     kwargs: dict[str, Any] = {}
-    if "device" in options and backend_spec.split(":")[0] in ("hf", "llm"):
+    if "device" in options and BACKEND_KINDS[backend_spec.split(":")[0]] == "transformers":
         kwargs["device"] = options["device"]
     backend = shared_backend(backend_spec, **kwargs)
     return LLMAgent(backend, config_from_options(options, seed=seed))

@@ -42,12 +42,12 @@ from typing import Any
 
 from comprl_gym.core import ComprlGymError
 from comprl_gym.experience.embedding import clean_text
+from comprl_gym.experience.tags import last_tag, tag_fields
 
 #: Operations an extractor may emit after reading a trajectory (the reference parser's set;
 #: its prompt offers add / update / return only).
 EXTRACT_KINDS = ("add", "update", "upvote", "downvote")
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _TEXT_KEYS = ("new_memory", "updated_memory", "memory", "text")
 _ITEM = re.compile(r"<<<KNOWLEDGE_ITEM>>>(.*?)<<<END_ITEM>>>", re.DOTALL)
 #: Placeholder-like merge items the reference rejects (``async_memory_manager.py::
@@ -61,7 +61,6 @@ MIN_MERGE_ITEM_CHARS = 31
 _MD_FIELD = re.compile(
     r"^\s*(?:#+\s*)?\**\s*(title|description|content)\s*\**\s*:\s*\**", re.IGNORECASE | re.MULTILINE
 )
-_XML_FIELD = re.compile(r"<(title|description|content)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
 
 
 class ExtractorOutputError(ComprlGymError, ValueError):
@@ -123,7 +122,7 @@ def parse_experience_text(text: str, max_chars: int | None = None) -> Experience
             raise ExtractorOutputError(f"an experience must be a string, got {type(text).__name__}")
         text = clean_text(text).strip()
         title = description = content = ""
-        xml = {m.group(1).lower(): m.group(2).strip() for m in _XML_FIELD.finditer(text)}
+        xml = tag_fields(text, ("title", "description", "content"))
         markers = list(_MD_FIELD.finditer(text))
         if xml:
             title, description, content = (
@@ -167,10 +166,10 @@ def _answer_payload(output: str) -> str:
     if not isinstance(output, str | bytes):
         raise ExtractorOutputError(f"extractor output must be text, got {type(output).__name__}")
     output = clean_text(output)
-    matches = _ANSWER.findall(output)
-    if not matches:
+    answer = last_tag(output, "answer")
+    if answer is None:
         raise ExtractorOutputError("no <answer>...</answer> block in the extractor output")
-    return matches[-1].strip()
+    return answer
 
 
 def _parse_ops(

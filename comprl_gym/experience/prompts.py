@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from comprl_gym.experience.records import Experience
+from comprl_gym.experience.tags import last_tag
 from comprl_gym.families import family_spec
 
 # ---------------------------------------------------------------------------------------------
@@ -311,14 +312,11 @@ def build_refiner_messages(
     return [{"role": "system", "content": REFINER_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-
-
 def extract_answer(text: str) -> str:
     """The last ``<answer>`` block of a model reply, or the reply without ``<think>`` blocks."""
-    found = _ANSWER.findall(text)
-    if found:
-        return found[-1].strip()
+    answer = last_tag(text, "answer")
+    if answer is not None:
+        return answer
     return re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE).strip()
 
 

@@ -44,6 +44,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+#: THE list of backend kinds a ``KIND:MODEL`` spec may name, and the engine each one builds
+#: (``llm`` and ``transformers`` are aliases of ``hf``). Agent specs, evaluation and the CLI
+#: read it here.
+BACKEND_KINDS: dict[str, str] = {
+    "hf": "transformers",
+    "llm": "transformers",
+    "transformers": "transformers",
+    "vllm": "vllm",
+    "openai": "openai",
+}
+
+
 def make_backend(spec: str, **kwargs: Any) -> LLMBackend:
     """Build a backend from ``KIND:MODEL``.
 
@@ -60,17 +72,20 @@ def make_backend(spec: str, **kwargs: Any) -> LLMBackend:
         raise ConfigurationError(
             f"backend spec {spec!r} must look like hf:MODEL, vllm:MODEL or openai:URL#MODEL"
         )
-    if kind in ("hf", "llm", "transformers"):
+    engine = BACKEND_KINDS.get(kind)
+    if engine == "transformers":
         from comprl_gym.llm.transformers_backend import TransformersBackend
 
         return TransformersBackend(rest or "smollm2", **kwargs)
-    if kind == "vllm":
+    if engine == "vllm":
         from comprl_gym.llm.vllm_backend import VLLMBackend
 
         return VLLMBackend(rest or "smollm2", **kwargs)
-    if kind == "openai":
+    if engine == "openai":
         from comprl_gym.llm.openai_backend import OpenAIBackend
 
         url, _, model = rest.partition("#")
         return OpenAIBackend(url, model=model or None, **kwargs)
-    raise ConfigurationError(f"unknown backend kind {kind!r} in {spec!r}: use hf, vllm or openai")
+    raise ConfigurationError(
+        f"unknown backend kind {kind!r} in {spec!r}: use one of {sorted(BACKEND_KINDS)}"
+    )
