@@ -36,7 +36,8 @@ import comprl_gym  # noqa: F401  (registers the comprl/* ids)
 from comprl_gym.agents.base import RandomAgent
 from comprl_gym.distributed import DistributedConfig
 from comprl_gym.distributed.cluster import RayCluster
-from comprl_gym.distributed.env_pool import EnvKey, EnvPool, GymEnvFactory
+from comprl_gym.distributed.env_pool import EnvPool
+from comprl_gym.env_factory import EnvSpec
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker
 from comprl_gym.utils import atomic_write_json
 
@@ -113,8 +114,9 @@ def bench_family(name: str, episodes: int) -> dict[str, Any]:
         config = DistributedConfig(
             enabled=True, env_workers=workers, envs_per_worker=TOTAL_ENVS // workers
         )
-        with EnvPool(config, GymEnvFactory(family["kwargs"])) as pool:
-            remote_envs = pool.envs([EnvKey(family["env_id"])] * pool.capacity)
+        with EnvPool(config) as pool:
+            spec = EnvSpec.of(family["env_id"], family["kwargs"])
+            remote_envs = pool.envs([spec] * pool.capacity)
             timed_run(remote_envs, family, warmup, stepper=pool)  # starts workers, builds envs
             row = {"workers": workers, "envs_per_worker": TOTAL_ENVS // workers}
             row.update(timed_run(remote_envs, family, seeds, stepper=pool))

@@ -57,6 +57,7 @@ def throughput(args: argparse.Namespace) -> dict:
 
     from comprl_gym.llm.models import resolve_model
     from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.losses import CISPO
     from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
     torch.set_num_threads(args.threads)
@@ -69,7 +70,7 @@ def throughput(args: argparse.Namespace) -> dict:
 
     # ---- ours
     ours = PolicyOptimizer.from_settings(
-        ModelSettings(model=args.model, lr=1e-6, micro_batch_size=args.batch), loss="cispo"
+        ModelSettings(model=args.model, lr=1e-6, micro_batch_size=args.batch), loss=CISPO()
     )
     samples = [
         TrainSample.from_generation(p.tolist(), c.tolist(), float(a))

@@ -11,12 +11,12 @@ import argparse
 import importlib
 import sys
 
-import gymnasium as gym
 from tqdm import tqdm
 
 import comprl_gym
 from comprl_gym.agents import make_agent
 from comprl_gym.core import printable_text
+from comprl_gym.env_factory import EnvSpec, make_env
 from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.registration import ENV_TABLE, markdown_table
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker
@@ -39,7 +39,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
-    env = gym.make(args.env_id, **parse_key_values(args.env_arg))
+    env = make_env(EnvSpec.of(args.env_id, parse_key_values(args.env_arg)))
     observation, info = env.reset(seed=args.seed)
     # The observations are printable already (TextEnv); the task comes from data.
     print(f"Task: {printable_text(info['task'])}\n")
@@ -70,7 +70,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rows = []
     bar = tqdm(total=len(env_ids) * args.episodes, desc="episodes", unit="ep")
     for env_id in env_ids:
-        env = gym.make(env_id, **parse_key_values(args.env_arg))
+        env = make_env(EnvSpec.of(env_id, parse_key_values(args.env_arg)))
         # One agent for all of an id's episodes, reset by the loop at each episode's start.
         worker = RolloutWorker(
             [env],

@@ -28,13 +28,16 @@ from comprl_gym.agents.base import RandomAgent  # noqa: E402
 from comprl_gym.agents.llm_agent import agent_from_spec  # noqa: E402
 from comprl_gym.distributed import DistributedConfig  # noqa: E402
 from comprl_gym.distributed.cluster import RayCluster, loopback_only  # noqa: E402
-from comprl_gym.distributed.env_pool import EnvKey, EnvPool, GymEnvFactory  # noqa: E402
+from comprl_gym.distributed.env_pool import EnvPool  # noqa: E402
+from comprl_gym.env_factory import EnvSpec  # noqa: E402
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker, Trajectory  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 ROOM = "comprl/MiniHack-Room-5x5-v0"
 MAX_STEPS = 8
+#: The env every test plays: a spec carries its gym.make arguments to the workers.
+ROOM_SPEC = EnvSpec.of(ROOM, {"max_steps": MAX_STEPS})
 CONFIG = DistributedConfig(enabled=True, env_workers=2, envs_per_worker=2, max_episode_retries=2)
 
 
@@ -63,7 +66,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def pool(cluster):
-    with EnvPool(CONFIG, GymEnvFactory({"max_steps": MAX_STEPS})) as env_pool:
+    with EnvPool(CONFIG) as env_pool:
         yield env_pool
 
 
@@ -96,7 +99,7 @@ def seeded_random(env, seed):
 def test_the_pool_plays_the_local_trajectories_on_two_nodes(cluster, pool):
     seeds = list(range(10))
     remote = RolloutWorker(
-        pool.envs([EnvKey(ROOM)] * pool.capacity), agent_factory=seeded_random, stepper=pool
+        pool.envs([ROOM_SPEC] * pool.capacity), agent_factory=seeded_random, stepper=pool
     ).run(seeds)
     local = local_rollout(seeds, agent_factory=seeded_random)
     assert [t.seed for t in remote] == seeds
@@ -114,7 +117,7 @@ def test_an_llm_agent_plays_the_same_episodes_through_the_pool(pool):
     seeds = [3, 4, 5, 6]
     spec = "hf:tiny?max_tokens=4&temperature=1.0"
     remote = RolloutWorker(
-        pool.envs([EnvKey(ROOM)] * 4),
+        pool.envs([ROOM_SPEC] * 4),
         agent=agent_from_spec(spec, seed=7),
         config=RolloutConfig(max_turns=4),
         stepper=pool,
@@ -168,7 +171,7 @@ def test_a_killed_worker_loses_no_episode_and_doubles_none(pool):
 
     finished = []
     remote = RolloutWorker(
-        pool.envs([EnvKey(ROOM)] * pool.capacity),
+        pool.envs([ROOM_SPEC] * pool.capacity),
         agent_factory=factory,
         config=RolloutConfig(max_episode_retries=CONFIG.max_episode_retries),
         stepper=pool,

@@ -139,7 +139,7 @@ def _run_complementary(output_dir, **overrides):
         )
     trainer = make_trainer(config)
     played = []
-    original_play = trainer.play
+    original_play = trainer.rollouts
 
     def recording_play(tasks):
         episodes = original_play(tasks)
@@ -159,7 +159,7 @@ def _run_complementary(output_dir, **overrides):
         )
         return episodes
 
-    trainer.play = recording_play
+    trainer.rollouts = recording_play
     try:
         records = [trainer.train_iteration() for _ in range(2)]
         actor = {k: v.detach().clone() for k, v in trainer.actor.model.state_dict().items()}

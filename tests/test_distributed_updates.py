@@ -20,14 +20,15 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from comprl_gym.core import ConfigurationError  # noqa: E402
 from comprl_gym.distributed.cluster import loopback_only, remote_capable  # noqa: E402
 from comprl_gym.distributed.config import DistributedConfig  # noqa: E402
-from comprl_gym.distributed.data_parallel import (  # noqa: E402
+from comprl_gym.trainers.checkpoint import CheckpointManager  # noqa: E402
+from comprl_gym.trainers.config import LoraSettings, ModelSettings  # noqa: E402
+from comprl_gym.trainers.data_parallel import (  # noqa: E402
     DataParallelOptimizer,
     check_update_config,
     data_parallel,
     optimizer_options,
 )
-from comprl_gym.trainers.checkpoint import CheckpointManager  # noqa: E402
-from comprl_gym.trainers.config import LoraSettings, ModelSettings  # noqa: E402
+from comprl_gym.trainers.losses import CISPO, ClippedPG  # noqa: E402
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample  # noqa: E402
 
 TWO_RANKS = DistributedConfig(enabled=True, trainer_ranks=2, update_backend="gloo")
@@ -121,7 +122,7 @@ def test_two_rank_extractor_cispo_update_equals_the_one_process_update(ray_clust
     # entries by their own size, which turns summation-order rounding into weight.
     torch.manual_seed(0)
     driver = PolicyOptimizer.from_settings(
-        settings, loss="cispo", cispo_eps_low=0.1, cispo_eps_high=0.1, normalization="token"
+        settings, loss=CISPO(eps_low=0.1, eps_high=0.1, normalization="token")
     )
     group = data_parallel(driver, TWO_RANKS)
     try:
@@ -149,7 +150,7 @@ def actor_group(ray_cluster, request):
     acts (a rank clipping by its own share's norm would land elsewhere). Micro-batches of 2:
     the ranks' shares need different numbers of them."""
     settings = ModelSettings(model="tiny", lr=1e-3, max_grad_norm=0.05, micro_batch_size=2)
-    driver = PolicyOptimizer.from_settings(settings, loss="clipped", normalization="sequence")
+    driver = PolicyOptimizer.from_settings(settings, loss=ClippedPG(normalization="sequence"))
     config = DistributedConfig(**{**vars(TWO_RANKS), "update_strategy": request.param})
     group = data_parallel(driver, config)
     assert isinstance(group, DataParallelOptimizer)
@@ -197,7 +198,9 @@ def test_checkpoint_saved_at_two_ranks_resumes_at_one_and_back(actor_group, tmp_
     # Saved once, by the driver, in the one-process format.
     CheckpointManager(tmp_path / "two").save(1, {"actor": actor_group.state_dict()})
     saved = CheckpointManager(tmp_path / "two").load()["state"]["actor"]
-    resumed = PolicyOptimizer.from_settings(actor_group.settings, loss="clipped")  # fresh
+    resumed = PolicyOptimizer.from_settings(
+        actor_group.settings, loss=ClippedPG(eps_high=0.28)
+    )  # fresh
     resumed.load_state_dict(saved)
     assert resumed.steps == reference.steps == steps + 1
     weights = max_weight_difference(resumed, reference)

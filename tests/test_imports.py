@@ -163,3 +163,78 @@ def test_every_module_imports_first_in_a_fresh_package():
         [sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+#: The layers, lowest first: a package may import only packages of a lower rank (at module
+#: level or inside a function). ``comprl_gym`` is the package's own ``__init__`` (it registers
+#: the ids); a top-level module is a layer of its own. docs/architecture.md draws the same.
+LAYERS: dict[str, int] = {
+    "core": 0,
+    "utils": 0,
+    "seeding": 0,
+    "families": 1,
+    "envs": 2,
+    "llm": 2,
+    "experience": 2,
+    "registration": 3,
+    "comprl_gym": 4,
+    "wrappers": 5,
+    "agents": 5,
+    "rollouts": 5,
+    "env_factory": 6,
+    "distributed": 7,
+    "evaluation": 8,
+    "trainers": 9,
+    "serving": 10,
+    "integrations": 10,
+    "cli": 11,
+}
+
+
+def _layer(module: str) -> str:
+    """``comprl_gym.trainers.base`` -> ``trainers``; ``comprl_gym`` -> ``comprl_gym``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _all_imports(name: str, path: Path) -> set[str]:
+    """Every comprl_gym module ``name`` imports, at module level or inside a function."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+    return {m for m in found if m.split(".")[0] == "comprl_gym"}
+
+
+def layer_violations(imports: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    """``"a -> b"`` for every import of a layer by a layer of the same or a lower rank.
+
+    Example:
+        >>> layer_violations({"p.x.m": {"p.y.n"}, "p.y.n": {"p.x.m"}}, {"x": 1, "y": 0})
+        ['y -> x']
+        >>> layer_violations({"p.x.m": {"p.y.n", "p.x.k"}}, {"x": 1, "y": 0})
+        []
+    """
+    bad = set()
+    for module, deps in imports.items():
+        mine = _layer(module)
+        for dep in deps:
+            theirs = _layer(dep)
+            if theirs != mine and layers[theirs] >= layers[mine]:
+                bad.add(f"{mine} -> {theirs}")
+    return sorted(bad)
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    imports = {name: _all_imports(name, path) for name, path in _modules().items()}
+    unranked = sorted({_layer(m) for m in imports} - set(LAYERS))
+    assert not unranked, f"give these packages a rank in LAYERS: {unranked}"
+    assert layer_violations(imports, LAYERS) == []

@@ -128,7 +128,7 @@ def test_trainer_play_returns_trajectories_with_group_and_half(tmp_path):
     )
     trainer = GRPOTrainer(cfg)
     try:
-        trajs = trainer.play([TaskRef(ROOM, 3), TaskRef("comprl/WebShop-v0", 4)])
+        trajs = trainer.rollouts([TaskRef(ROOM, 3), TaskRef("comprl/WebShop-v0", 4)])
     finally:
         trainer.close()
     assert [(t.env_id, t.seed, t.group, t.with_experience) for t in trajs] == [
@@ -137,7 +137,7 @@ def test_trainer_play_returns_trajectories_with_group_and_half(tmp_path):
         ("comprl/WebShop-v0", 4, 1, False),
         ("comprl/WebShop-v0", 4, 1, False),
     ]
-    samples = trainer.actor_samples(trajs)
+    samples = trainer.actor_samples(trajs, [0.0] * len(trajs))
     # One sample per episode (multi-turn, no fold at this size): the last turn's prompt and
     # completion, with every turn's sampled tokens, and only those, trained.
     assert len(samples) == len(trajs) and all(t.num_segments == 1 for t in trajs)
@@ -149,7 +149,7 @@ def test_trainer_play_returns_trajectories_with_group_and_half(tmp_path):
     # The per-turn option: one sample per model call.
     trainer.config.sample_mode = "turn"
     turns = [turn for t in trajs for turn in t.turns if turn.completion_token_ids]
-    per_turn = trainer.actor_samples(trajs)
+    per_turn = trainer.actor_samples(trajs, [0.0] * len(trajs))
     assert len(per_turn) == len(turns) > len(trajs)
     for sample, turn in zip(per_turn, turns):
         assert sample.input_ids == turn.prompt_token_ids + turn.completion_token_ids

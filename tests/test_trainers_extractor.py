@@ -22,6 +22,7 @@ from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.rollouts import RolloutWorker
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
 from comprl_gym.trainers.extractor import ExperienceExtractor, operations_messages
+from comprl_gym.trainers.losses import CISPO
 from comprl_gym.trainers.policy import PolicyOptimizer
 from comprl_gym.wrappers import ExperienceAugmentedEnv
 
@@ -35,7 +36,7 @@ def embedder():
 
 @pytest.fixture(scope="module")
 def tiny():
-    optimizer = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-3), loss="cispo")
+    optimizer = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-3), loss=CISPO())
     backend = TransformersBackend(
         model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
     )

@@ -14,7 +14,7 @@ from comprl_gym.trainers.extractor import (
     ExtractorGeneration,
     generation_reward,
 )
-from comprl_gym.trainers.losses import aggregate, cispo_loss, clipped_pg_loss
+from comprl_gym.trainers.losses import ClippedPG, aggregate, cispo_loss, clipped_pg_loss
 from comprl_gym.trainers.policy import TrainSample
 
 
@@ -280,9 +280,13 @@ def test_config_round_trips_through_yaml(tmp_path):
     again = TrainConfig.from_yaml(path)
     assert again == cfg and again.actor.lora.r == 4
     from comprl_gym.core import ConfigurationError, DataError
+    from comprl_gym.trainers import make_trainer
 
+    # The trainer refuses at start, before any model loads: its halves need an even K.
     with pytest.raises(ConfigurationError, match="group_size must be even"):
-        TrainConfig.from_dict({"algorithm": "complementary", "group_size": 3})
+        make_trainer(TrainConfig.from_dict({"algorithm": "complementary", "group_size": 3}))
+    with pytest.raises(ConfigurationError, match="unknown algorithm 'ppo'"):
+        make_trainer(TrainConfig.from_dict({"algorithm": "ppo"}))
     with pytest.raises(ConfigurationError, match="actor.lr"):
         TrainConfig.from_dict({"actor": {"lr": "fast"}})
     with pytest.raises(DataError):
@@ -304,7 +308,7 @@ def test_update_moves_probability_towards_positive_advantage_and_lora_trains_ada
         settings = ModelSettings(
             model="tiny", lr=1e-2, max_grad_norm=0, lora=LoraSettings(enabled=lora, r=4)
         )
-        opt = PolicyOptimizer.from_settings(settings, loss="clipped", normalization="token")
+        opt = PolicyOptimizer.from_settings(settings, loss=ClippedPG(normalization="token"))
         sample = TrainSample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], advantage=1.0)
         ids = torch.tensor([sample.input_ids])
 
@@ -341,7 +345,7 @@ def test_lora_top_layers_adapts_only_the_last_blocks_and_the_gradient_stops_ther
     settings = ModelSettings(
         model="tiny", lr=1e-2, lora=LoraSettings(enabled=True, r=4, top_layers=1)
     )
-    opt = PolicyOptimizer.from_settings(settings, loss="clipped", normalization="token")
+    opt = PolicyOptimizer.from_settings(settings, loss=ClippedPG(normalization="token"))
     blocks = opt.model.config.num_hidden_layers  # the tiny model has 2
     adapted = {n for n, p in opt.model.named_parameters() if p.requires_grad}
     assert adapted and all(f"layers.{blocks - 1}." in n and "lora_" in n for n in adapted)
@@ -385,15 +389,16 @@ def _episode(n_turns: int, reward: float, group: int = 0, with_experience: bool 
 
 
 def _actor_samples(episodes, uses_experience: bool, **overrides):
-    """Trainer.actor_samples without loading models: it reads only config and rewards."""
+    """The algorithm's steps 4-5 (reward, grouped advantages, actor samples) without loading
+    models: they read only the config and the episodes."""
     from types import SimpleNamespace
 
-    from comprl_gym.trainers.base import Trainer
+    from comprl_gym.trainers.complementary import ComplementaryRLTrainer as Algorithm
 
     cfg = TrainConfig.from_dict({"reward": "score", **overrides})
     stub = SimpleNamespace(config=cfg, uses_experience=uses_experience)
-    stub.episode_reward = lambda e: Trainer.episode_reward(stub, e)
-    return Trainer.actor_samples(stub, episodes)
+    rewards = [Algorithm.reward(stub, e) for e in episodes]
+    return Algorithm.actor_samples(stub, episodes, Algorithm.advantages(stub, episodes, rewards))
 
 
 def test_actor_advantages_are_r_minus_mean_within_each_group_half_by_default():
@@ -477,7 +482,9 @@ def test_old_logprobs_for_a_reused_batch_are_the_trainers_own_before_the_first_s
     from comprl_gym.trainers.policy import PolicyOptimizer
 
     torch.manual_seed(0)
-    opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-2), loss="clipped")
+    opt = PolicyOptimizer.from_settings(
+        ModelSettings(model="tiny", lr=1e-2), loss=ClippedPG(eps_high=0.28)
+    )
     samples = [
         TrainSample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], advantage=1.0),
         TrainSample([5, 6, 7], [0, 1, 1], advantage=-1.0),

@@ -202,14 +202,14 @@ def test_warm_up_builds_the_store_without_retrieval_or_updates(tmp_path):
         actor_before = _weights(trainer.actor.model)
         extractor_before = _weights(trainer.extractor.optimizer.model)
         played = []
-        original_play = trainer.play
+        original_play = trainer.rollouts
 
         def recording_play(tasks):
             episodes = original_play(tasks)
             played.append(episodes)
             return episodes
 
-        trainer.play = recording_play
+        trainer.rollouts = recording_play
         first = trainer.train_iteration()
         assert first["warmup"] == 1
         assert "actor/samples" not in first
@@ -242,13 +242,13 @@ def test_rollouts_wait_for_pending_extractions_and_evaluation_writes_nothing(tmp
     trainer = make_trainer(cfg)
     try:
         pending_at_rollout = []
-        original_play = trainer.play
+        original_play = trainer.rollouts
 
         def recording_play(tasks):
             pending_at_rollout.append(trainer.worker.pending)
             return original_play(tasks)
 
-        trainer.play = recording_play
+        trainer.rollouts = recording_play
         trainer.train_iteration()
         trainer.train_iteration()
         assert pending_at_rollout == [0, 0]
@@ -317,14 +317,14 @@ def test_the_actor_critique_switch(tmp_path, critique):
         trainer.manager.add([lesson], env_family="minihack")
         trainer.actor_performance["minihack"] = [1.0, 4]
         assert trainer.performance_of("minihack") == (0.25, 4)
-        original_play = trainer.play
+        original_play = trainer.rollouts
         played = []
 
         def recording_play(tasks):
             played.extend(original_play(tasks))
             return played
 
-        trainer.play = recording_play
+        trainer.rollouts = recording_play
         record = trainer.train_iteration()
         with_half = [e for e in played if e.with_experience]
         assert len(with_half) == 2 and all(e.experience_ids for e in with_half)

@@ -23,13 +23,13 @@ import torch
 from comprl_gym.llm import SamplingParams
 from comprl_gym.llm.vllm_backend import VLLMBackend
 from comprl_gym.trainers.config import ModelSettings, TrainConfig
-from comprl_gym.trainers.losses import token_logprobs
+from comprl_gym.trainers.losses import ClippedPG, token_logprobs
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 from comprl_gym.trainers.base import make_actor_backend
 
 torch.manual_seed(0)
 actor = PolicyOptimizer.from_settings(
-    ModelSettings(model="tiny", lr=5e-2, max_grad_norm=0), loss="clipped"
+    ModelSettings(model="tiny", lr=5e-2, max_grad_norm=0), loss=ClippedPG(eps_high=0.28)
 )
 config = TrainConfig.from_dict({"rollout_backend": "vllm", "actor": {"model": "tiny"}})
 backend = make_actor_backend(config, actor)

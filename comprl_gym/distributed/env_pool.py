@@ -5,9 +5,10 @@ of :class:`~comprl_gym.rollouts.RolloutWorker` hands :class:`EnvPool` the action
 episode at once; the pool sends ONE call per worker actor carrying that worker's share and
 gathers the answers, so the N workers step in parallel while each steps its own envs in turn.
 
-An env lives in a worker at an address ``(slot, EnvKey)``: the worker builds it on first use
-with the pool's ``env_factory`` (any family; a factory may wrap it in
-:class:`~comprl_gym.wrappers.ExperienceAugmentedEnv`) and keeps it for later episodes, as the
+An env lives in a worker at an address ``(slot, EnvSpec)``: the worker builds the
+:class:`~comprl_gym.env_factory.EnvSpec` on first use with the pool's ``env_factory``
+(:func:`~comprl_gym.env_factory.make_env` by default; :class:`ServiceEnvFactory` hands the
+experience wrapper a client of the experience service) and keeps it for later episodes, as the
 trainer caches its local envs. The factory is pickled to the workers: a module-level function
 or a small dataclass, not a lambda over driver state.
 
@@ -23,17 +24,14 @@ Example (starts Ray; see ``tests/test_distributed_rollouts.py``)::
     >>> from comprl_gym.agents.base import RandomAgent
     >>> from comprl_gym.rollouts import RolloutWorker
     >>> config = DistributedConfig(enabled=True, env_workers=2, envs_per_worker=2)
+    >>> from comprl_gym.env_factory import EnvSpec
     >>> with RayCluster(config):  # doctest: +SKIP
-    ...     pool = EnvPool(config, GymEnvFactory({"max_steps": 5}))
-    ...     envs = pool.envs([EnvKey("comprl/MiniHack-Room-5x5-v0")] * 4)
+    ...     pool = EnvPool(config)
+    ...     envs = pool.envs([EnvSpec.of("comprl/MiniHack-Room-5x5-v0", {"max_steps": 5})] * 4)
     ...     worker = RolloutWorker(envs, agent_factory=lambda env, seed: RandomAgent(seed),
     ...                            stepper=pool)
     ...     len(worker.run(seeds=list(range(8))))
     8
-
-The key is a plain record:
-    >>> EnvKey("comprl/MiniHack-Room-5x5-v0", with_experience=True)
-    EnvKey(env_id='comprl/MiniHack-Room-5x5-v0', with_experience=True, evaluation=False, retrieval=True)
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -53,83 +51,36 @@ from ray.exceptions import RayActorError
 from comprl_gym.distributed.cluster import actor_options, wait_for_actors
 from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.distributed.experience_service import connect_experience_service
+from comprl_gym.env_factory import EnvSpec, make_env
 from comprl_gym.rollouts import EnvLost, ResetResult, StepResult
-from comprl_gym.wrappers import ExperienceAugmentedEnv
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class EnvKey:
-    """Which env an address holds: the env id and what the factory needs to build it."""
-
-    env_id: str
-    #: Wrapped in ExperienceAugmentedEnv (the factory decides how it reaches the store).
-    with_experience: bool = False
-    #: An evaluation env (its experience wrapper reads the store but reports no outcomes).
-    evaluation: bool = False
-    #: Whether its experience wrapper retrieves (off for the trainer's warm-up iterations): an
-    #: env built without retrieval injects nothing and has no ``search_and_ask`` budget.
-    retrieval: bool = True
-
-
-#: Builds the env of a key inside a worker; must pickle (a module-level function or dataclass).
-EnvFactory = Callable[[EnvKey], gym.Env]
+#: Builds the env of a spec inside a worker; must pickle (a module-level function or dataclass).
+EnvFactory = Callable[[EnvSpec], gym.Env]
 
 
 @dataclass
-class GymEnvFactory:
-    """``gym.make(key.env_id, **kwargs)``: the plain factory (no experience wrapper).
-
-    Example:
-        >>> env = GymEnvFactory({"max_steps": 3})(EnvKey("comprl/MiniHack-Room-5x5-v0"))
-        >>> env.unwrapped.max_steps
-        3
-    """
-
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    #: Extra keyword arguments per env id (a training config's ``env_kwargs``).
-    kwargs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def __call__(self, key: EnvKey) -> gym.Env:
-        if key.with_experience:
-            raise ValueError(
-                f"{type(self).__name__} builds plain envs; give the pool a factory that wraps "
-                "envs with experience (ExperienceEnvFactory)"
-            )
-        return self.make(key.env_id)
-
-    def make(self, env_id: str) -> gym.Env:
-        """The plain env of ``env_id`` with this factory's keyword arguments."""
-        import comprl_gym  # noqa: F401  (registers the comprl/* ids in this worker)
-
-        kwargs = {**self.kwargs, **self.kwargs_by_id.get(env_id, {})}
-        return gym.make(env_id, disable_env_checker=True, **kwargs)
-
-
-@dataclass
-class ExperienceEnvFactory(GymEnvFactory):
-    """:class:`GymEnvFactory` whose ``with_experience`` keys are wrapped in
-    :class:`~comprl_gym.wrappers.ExperienceAugmentedEnv` around a client of the named experience
-    service (:func:`~comprl_gym.distributed.experience_service.start_experience_service`).
+class ServiceEnvFactory:
+    """:func:`~comprl_gym.env_factory.make_env` whose experience wrappers reach the store
+    through the named experience service
+    (:func:`~comprl_gym.distributed.experience_service.start_experience_service`).
 
     The client is looked up by name on first use inside the worker (an actor handle is not
     made in the driver and pickled), once per worker process. ``search_and_ask`` is answered
     without a refiner: the refiner is the extractor model, which lives in the driver.
 
-    Example (plain keys need no service)::
+    Example (a spec without experience needs no service)::
 
-        >>> factory = ExperienceEnvFactory({"max_steps": 3}, inject_top_k=2)
-        >>> factory(EnvKey("comprl/MiniHack-Room-5x5-v0")).unwrapped.max_steps
+        >>> from comprl_gym.env_factory import EnvSpec
+        >>> env = ServiceEnvFactory()(EnvSpec.of("comprl/MiniHack-Room-5x5-v0", {"max_steps": 3}))
+        >>> env.unwrapped.max_steps
         3
     """
 
     #: The experience actor's name (``distributed.experience_service_name``).
     service_name: str = DistributedConfig.experience_service_name
-    #: Experiences injected into the first observation (``experience.inject_top_k``).
-    inject_top_k: int = 3
-    #: ``search_and_ask`` calls per episode (``experience.search_and_ask_budget``).
-    search_budget: int = 0
 
     def __post_init__(self) -> None:
         self._client: Any = None
@@ -147,19 +98,8 @@ class ExperienceEnvFactory(GymEnvFactory):
             self._client = connect_experience_service(self.service_name)
         return self._client
 
-    def __call__(self, key: EnvKey) -> gym.Env:
-        env = self.make(key.env_id)
-        if not key.with_experience:
-            return env
-        # The same wrapper as the trainer's local envs (Trainer._wrap_with_experience).
-        return ExperienceAugmentedEnv(
-            env,
-            self.client(),
-            inject_top_k=self.inject_top_k if key.retrieval else 0,
-            search_budget=self.search_budget if key.retrieval else 0,
-            report_outcomes=not key.evaluation,
-            experiences_in_observation=False,
-        )
+    def __call__(self, spec: EnvSpec) -> gym.Env:
+        return make_env(spec, manager=self.client() if spec.experience is not None else None)
 
 
 class EnvWorker:
@@ -168,20 +108,20 @@ class EnvWorker:
     def __init__(self, env_factory: EnvFactory, index: int):
         self.env_factory = env_factory
         self.index = index
-        self.envs: dict[tuple[int, EnvKey], gym.Env] = {}
-        self.tokens: dict[tuple[int, EnvKey], str] = {}
+        self.envs: dict[tuple[int, EnvSpec], gym.Env] = {}
+        self.tokens: dict[tuple[int, EnvSpec], str] = {}
 
     def place(self) -> dict[str, Any]:
         """Where this worker runs: its process id and Ray node id."""
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
-    def _env(self, address: tuple[int, EnvKey]) -> gym.Env:
+    def _env(self, address: tuple[int, EnvSpec]) -> gym.Env:
         if address not in self.envs:
             self.envs[address] = self.env_factory(address[1])
         return self.envs[address]
 
     def reset(
-        self, requests: list[tuple[int, EnvKey, str, int, dict[str, Any] | None]]
+        self, requests: list[tuple[int, EnvSpec, str, int, dict[str, Any] | None]]
     ) -> list[tuple[Any, dict[str, Any], float]]:
         """``(slot, key, token, seed, options)`` each: reset, remember the episode's token."""
         out = []
@@ -194,7 +134,7 @@ class EnvWorker:
         return out
 
     def step(
-        self, requests: list[tuple[int, EnvKey, str, str]]
+        self, requests: list[tuple[int, EnvSpec, str, str]]
     ) -> list[tuple[Any, float, bool, bool, dict[str, Any], float] | None]:
         """``(slot, key, token, action)`` each; ``None`` for an episode this worker does not
         hold (it restarted since that episode's reset)."""
@@ -222,7 +162,7 @@ class RemoteEnv:
 
     worker: int
     slot: int
-    key: EnvKey
+    key: EnvSpec
     #: The token of the episode running on it (set by each reset).
     token: str = ""
 
@@ -247,7 +187,7 @@ class EnvPool:
             max_task_retries=config.max_restarts,
             **actor_options(config.env_worker_resources),
         )
-        factory = env_factory or GymEnvFactory()
+        factory = env_factory or make_env
         self.workers = [actor.remote(factory, i) for i in range(config.env_workers)]
         wait_for_actors(
             self.workers, "env workers", config.env_worker_resources, config.actor_start_timeout_s
@@ -258,7 +198,7 @@ class EnvPool:
         """Episodes the pool is sized to play at once (``env_workers * envs_per_worker``)."""
         return self.config.env_workers * self.config.envs_per_worker
 
-    def envs(self, keys: list[EnvKey]) -> list[RemoteEnv]:
+    def envs(self, keys: list[EnvSpec]) -> list[RemoteEnv]:
         """One env per key, spread round-robin over the workers (key ``j`` on worker
         ``j % env_workers``), e.g. ``[key] * pool.capacity`` for a batch of one env id."""
         n = len(self.workers)

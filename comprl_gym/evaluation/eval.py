@@ -47,6 +47,7 @@ import comprl_gym  # noqa: F401 - registers the ids
 from comprl_gym.agents.base import make_agent
 from comprl_gym.agents.llm_agent import LLM_SPEC_KINDS, agent_from_spec
 from comprl_gym.core import ComprlGymError, ConfigurationError, DataError
+from comprl_gym.env_factory import EnvSpec, ExperienceSpec, make_env
 from comprl_gym.evaluation.stats import (
     RESOLVABLE_DIFFERENCE,
     Interval,
@@ -62,7 +63,6 @@ from comprl_gym.experience import ExperienceManager
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker, Trajectory, append_jsonl
 from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
-from comprl_gym.wrappers import ExperienceAugmentedEnv
 
 logger = logging.getLogger(__name__)
 
@@ -236,25 +236,31 @@ def _make_manager(config: EvalConfig) -> Any:
 
 
 def _make_env(env_id: str, config: EvalConfig, condition: str, manager: Any) -> gym.Env:
-    kwargs = dict(config.env_kwargs)
-    if config.max_steps is not None:
-        kwargs["max_steps"] = config.max_steps
-    env = gym.make(env_id, **kwargs)
+    experience = None
     if condition == WITH_EXPERIENCE:
         # Outcomes are not reported: evaluation must not change the store it measures.
-        env = ExperienceAugmentedEnv(
-            env,
-            manager,
-            inject_top_k=config.inject_top_k,
-            search_budget=config.search_budget,
-            report_outcomes=False,
+        experience = ExperienceSpec(
+            config.inject_top_k, config.search_budget, report_outcomes=False
         )
-    return env
+    kwargs = {**config.env_kwargs, "max_steps": config.max_steps}
+    return make_env(EnvSpec.of(env_id, kwargs, experience=experience), manager=manager)
 
 
 def _record(traj: Trajectory, key: EpisodeKey, config: EvalConfig, manager: Any) -> dict[str, Any]:
+    return episode_record(traj, key, config.agent, manager, keep_tokens=config.keep_tokens)
+
+
+def episode_record(
+    traj: Trajectory,
+    key: EpisodeKey,
+    agent: str,
+    manager: Any = None,
+    keep_tokens: bool = False,
+) -> dict[str, Any]:
+    """One line of ``episodes.jsonl``: the trajectory, its key and, when it was shown
+    experiences, their ids and texts (read from ``manager``)."""
     record = traj.to_dict()
-    if not config.keep_tokens:
+    if not keep_tokens:
         for turn in record["turns"]:
             turn["prompt_token_ids"], turn["completion_token_ids"], turn["completion_logprobs"] = (
                 [],
@@ -263,7 +269,7 @@ def _record(traj: Trajectory, key: EpisodeKey, config: EvalConfig, manager: Any)
             )
     record.update(
         key=str(key),
-        agent=config.agent,
+        agent=agent,
         task_index=key.task,
         agent_seed=key.seed,
         condition=key.condition,
@@ -278,6 +284,67 @@ def _record(traj: Trajectory, key: EpisodeKey, config: EvalConfig, manager: Any)
         except Exception:  # the record matters more than the decoration
             logger.warning("could not read experiences %s", traj.experience_ids, exc_info=True)
     return record
+
+
+def write_run(
+    out_dir: str | os.PathLike[str], records: list[dict[str, Any]], summary: dict[str, Any]
+) -> None:
+    """A finished run's folder in one go (``episodes.jsonl`` and the summary), as ``run_eval``
+    leaves it: ``comprl-gym leaderboard`` reads either."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records)
+    atomic_write_text(out / EPISODES_FILE, lines)
+    write_summary(out, summary)
+
+
+#: The arms of :func:`arm_table`, by condition.
+ARM_LABELS = {WITHOUT_EXPERIENCE: "without_experience", WITH_EXPERIENCE: "with_experience"}
+
+
+def arm_table(records: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+    """Per env id and arm (``without_experience`` / ``with_experience``): success, its Wilson
+    interval, score, steps, episodes and the outcome of each task in task order (``won``, to
+    pair with another evaluation of the same tasks); with both arms, the with-experience
+    row's ``difference`` is :func:`summarize`'s paired difference with - without (Newcombe).
+
+    Example:
+        >>> records = [{"key": f"e|task={t}|seed=0|exp={c}", "env_id": "e", "won": w,
+        ...             "task_index": t, "agent_seed": 0, "condition": c, "steps": 2}
+        ...            for c, outcomes in (("with", [1, 1]), ("without", [1, 0]))
+        ...            for t, w in enumerate(outcomes)]
+        >>> table = arm_table(records, summarize(records, paired=True))
+        >>> table["e"]["without_experience"]["won"], table["e"]["with_experience"]["success"]
+        ([1.0, 0.0], 1.0)
+        >>> table["e"]["with_experience"]["difference"]["mean"]
+        0.5
+    """
+    table: dict[str, Any] = {}
+    for group in summary["groups"]:
+        label = ARM_LABELS.get(group["condition"])
+        if label is None:
+            continue
+        mine = sorted(
+            (
+                r
+                for r in records
+                if r["env_id"] == group["env_id"] and r["condition"] == group["condition"]
+            ),
+            key=lambda r: (r["task_index"], r["agent_seed"]),
+        )
+        table.setdefault(group["env_id"], {})[label] = {
+            "success": group["success"]["mean"],
+            "success_ci": group["success"],
+            "score": group["score"]["mean"],
+            "steps": group["steps_mean"],
+            "episodes": group["episodes"],
+            "won": [float(bool(r["won"])) for r in mine],
+        }
+    for env_id, paired in (summary.get("paired") or {}).get("per_env", {}).items():
+        row = table.get(env_id, {})
+        if "with_experience" in row and "without_experience" in row:
+            row["with_experience"]["difference"] = paired["difference"]
+    return table
 
 
 def run_eval(config: EvalConfig) -> dict[str, Any]:

@@ -15,7 +15,7 @@ action (``VALIDATION_ERROR``), a step before reset or after the episode ended
 (``EXECUTION_ERROR``), the session bound (``CAPACITY_REACHED``).
 
 Example:
-    >>> from comprl_gym.serving.server import ComprlEnvironment
+from comprl_gym.serving.server import ComprlEnvironment
     >>> from comprl_gym.serving.models import ComprlAction
     >>> env = ComprlEnvironment(("comprl/WebShop-v0",))
     >>> first = env.reset(seed=0)
@@ -35,7 +35,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -53,6 +53,7 @@ from pydantic_core import PydanticCustomError
 
 import comprl_gym
 from comprl_gym.core import ComprlGymError, ConfigurationError
+from comprl_gym.env_factory import EnvSpec, ExperienceSpec, make_env
 from comprl_gym.serving.models import ComprlAction, ComprlObservation, ComprlState
 from comprl_gym.utils import jsonable
 
@@ -102,14 +103,17 @@ class ComprlEnvironment(Environment[ComprlAction, ComprlObservation, ComprlState
         self,
         env_ids: Sequence[str],
         env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-        with_experience: Callable[[gym.Env], gym.Env] | None = None,
+        experience: ExperienceSpec | None = None,
+        manager: Any = None,
     ):
         super().__init__()
         if not env_ids:
             raise ConfigurationError("serve at least one env id")
         self.env_ids = tuple(env_ids)
         self.env_kwargs = {k: dict(v) for k, v in (env_kwargs or {}).items()}
-        self.with_experience = with_experience
+        #: How a session's env is wrapped when it asks for experience (None: it may not).
+        self.experience = experience
+        self.manager = manager
         self._env: gym.Env | None = None
         self._env_key: tuple[str, bool] | None = None
         self._state = ComprlState()
@@ -123,13 +127,16 @@ class ComprlEnvironment(Environment[ComprlAction, ComprlObservation, ComprlState
         )
         self._check_open()
         env_id = request.env_id or self.env_ids[0]
-        if request.experience and self.with_experience is None:
+        if request.experience and self.experience is None:
             raise SessionError("this server has no experience store (serve with --experience DIR)")
         if self._env is None or self._env_key != (env_id, request.experience):
             self._close_env()
-            env = gym.make(env_id, **self.env_kwargs.get(env_id, {}))
-            if request.experience:
-                env = self.with_experience(env)
+            spec = EnvSpec.of(
+                env_id,
+                self.env_kwargs.get(env_id),
+                experience=self.experience if request.experience else None,
+            )
+            env = make_env(spec, manager=self.manager)
             self._env, self._env_key = env, (env_id, request.experience)
         observation, info = self._env.reset(seed=request.seed, options=request.options)
         self._state = ComprlState(env_id=env_id, episode_id=request.episode_id, step_count=0)
@@ -282,19 +289,11 @@ def make_app(
         raise ConfigurationError(f"not registered ids: {unknown} (see `comprl-gym envs`)")
     if max_sessions < 1:
         raise ConfigurationError(f"max_sessions must be at least 1, got {max_sessions}")
-    with_experience = None
+    wrapping = None
     if experience is not None:
-        from comprl_gym.wrappers import ExperienceAugmentedEnv
-
-        with_experience = functools.partial(
-            ExperienceAugmentedEnv,
-            manager=experience,
-            inject_top_k=inject_top_k,
-            search_budget=search_budget,
-            report_outcomes=report_outcomes,
-        )
+        wrapping = ExperienceSpec(inject_top_k, search_budget, report_outcomes)
     server = _EnvServer(
-        functools.partial(ComprlEnvironment, tuple(env_ids), env_kwargs, with_experience),
+        functools.partial(ComprlEnvironment, tuple(env_ids), env_kwargs, wrapping, experience),
         ComprlAction,
         ComprlObservation,
         concurrency_config=ConcurrencyConfig(

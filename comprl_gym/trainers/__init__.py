@@ -1,9 +1,12 @@
-"""Trainers: GRPO, Complementary RL and the paper's baselines, with their losses.
+"""Trainers: Complementary RL (``complementary.py``: the algorithm, top to bottom), GRPO and
+the paper's baselines as presets of it, and the infrastructure they share (``base.py``).
 
 Example:
-    >>> from comprl_gym.trainers import TrainConfig, make_trainer
+    >>> from comprl_gym.trainers import TrainConfig, trainer_class
     >>> TrainConfig().algorithm
     'complementary'
+    >>> trainer_class("grpo").__name__
+    'GRPOTrainer'
 """
 
 from __future__ import annotations
@@ -31,18 +34,37 @@ __all__ = [
     "make_trainer",
 ]
 
-#: Trainer class of each ``TrainConfig.algorithm``, as ``module:Class``.
+#: Trainer class of each built-in ``TrainConfig.algorithm``, as ``module:Class``.
 TRAINERS = {
-    "grpo": "comprl_gym.trainers.grpo:GRPOTrainer",
     "complementary": "comprl_gym.trainers.complementary:ComplementaryRLTrainer",
-    "static_experience": "comprl_gym.trainers.baselines:StaticExperienceTrainer",
-    "experience_only": "comprl_gym.trainers.baselines:ExperienceOnlyTrainer",
+    "grpo": "comprl_gym.trainers.complementary:GRPOTrainer",
+    "static_experience": "comprl_gym.trainers.complementary:StaticExperienceTrainer",
+    "experience_only": "comprl_gym.trainers.complementary:ExperienceOnlyTrainer",
 }
+
+
+def trainer_class(algorithm: str) -> Any:
+    """The trainer class of ``algorithm``: a name of :data:`TRAINERS`, or ``module:Class``
+    for a trainer of your own (a :class:`~comprl_gym.trainers.base.Trainer` subclass)."""
+    from comprl_gym.core import ConfigurationError
+    from comprl_gym.trainers.base import Trainer
+
+    if algorithm not in TRAINERS and ":" not in algorithm:
+        raise ConfigurationError(
+            f"unknown algorithm {algorithm!r}: one of {sorted(TRAINERS)}, or module:Class"
+        )
+    try:
+        cls = load_object(TRAINERS.get(algorithm, algorithm))
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"algorithm {algorithm!r} cannot be loaded: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Trainer)):
+        raise ConfigurationError(f"algorithm {algorithm!r} is not a Trainer subclass: {cls!r}")
+    return cls
 
 
 def make_trainer(config: TrainConfig) -> Any:
     """The trainer ``config.algorithm`` names, built from ``config``."""
-    return load_object(TRAINERS[config.algorithm])(config)
+    return trainer_class(config.algorithm)(config)
 
 
 def __getattr__(name: str) -> Any:

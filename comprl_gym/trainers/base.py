@@ -1,20 +1,13 @@
-"""What every trainer shares: tasks, rollouts, advantages, the actor step, checkpoints, metrics.
+"""The infrastructure a trainer's algorithm calls: models, engines, envs, Ray, checkpoints.
 
-A trainer subclass only says which parts of the Complementary RL loop are on:
-
-====================== ============== ================= ==================
-trainer                experience     actor trained     extractor trained
-====================== ============== ================= ==================
-GRPOTrainer            no             yes               no extractor
-ComplementaryRLTrainer K/2 + K/2      yes               yes (CISPO)
-StaticExperience...    K/2 + K/2      yes               no (frozen)
-ExperienceOnly...      K/2 + K/2      no (frozen)       yes (CISPO)
-====================== ============== ================= ==================
-
-One iteration: draw ``groups_per_iteration`` tasks from the env mixture; play K rollouts of
-each (the first K/2 with experience when experience is on); compute advantages within each
-(group, half); take one actor step on the actor's own tokens; push the weights to the rollout
-engine; hand the finished episodes to the background experience worker; log metrics.
+:class:`Trainer` owns what is not the algorithm: loading the actor (and, for experience
+trainers, the extractor, its generation backend and the experience store), the rollout engine
+and its weight push, the envs (built from :class:`~comprl_gym.env_factory.EnvSpec`, in process,
+on an env server or on Ray env workers), playing a batch of episodes, the run loop with its
+progress bar, held-out evaluation (through :mod:`comprl_gym.evaluation`), checkpoints and exact
+resume, metrics and clean-up. The algorithm itself, one iteration of Complementary RL and the
+presets that switch its parts off (GRPO, static experience, experience-only), is in
+:mod:`comprl_gym.trainers.complementary`.
 
 Example:
     >>> from comprl_gym.trainers import GRPOTrainer, TrainConfig
@@ -30,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass, replace
@@ -40,30 +32,41 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-import comprl_gym  # noqa: F401  (registers the comprl/* ids)
 from comprl_gym.agents.critique import DECISIONS, ExperienceCritic
 from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
 from comprl_gym.agents.prompts import PromptConfig
 from comprl_gym.core import ConfigurationError
-from comprl_gym.evaluation.stats import paired_difference_interval, proportion_ci
+from comprl_gym.env_factory import EnvSpec, ExperienceSpec, make_env
+from comprl_gym.evaluation.eval import (
+    WITH_EXPERIENCE,
+    WITHOUT_EXPERIENCE,
+    EpisodeKey,
+    arm_table,
+    episode_record,
+    summarize,
+    write_run,
+)
 from comprl_gym.llm.base import LLMBackend
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.llm.vllm_backend import VLLMBackend
-from comprl_gym.registration import REMOTE_ENV_ID
 from comprl_gym.rollouts import RolloutConfig, Trajectory, collect_rollouts
 from comprl_gym.seeding import restore_rng_state, seed_everything
-from comprl_gym.trainers.advantages import grouped_advantages
 from comprl_gym.trainers.background import ExperienceWorker, TimedManager, WaitClock
 from comprl_gym.trainers.checkpoint import CheckpointManager
 from comprl_gym.trainers.config import TrainConfig
 from comprl_gym.trainers.extractor import ExperienceExtractor
+from comprl_gym.trainers.losses import CISPO, ClippedPG, Loss
 from comprl_gym.trainers.metrics import MetricsLogger
-from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
+from comprl_gym.trainers.policy import PolicyOptimizer
 from comprl_gym.trainers.report import compare_with_before, plot_learning_curve
 from comprl_gym.utils import atomic_write_json
 
 logger = logging.getLogger(__name__)
+
+#: A job of :meth:`Trainer.play_jobs`: the env (or its spec on Ray), the task, its group, and
+#: whether it is played with experience.
+Job = tuple[Any, "TaskRef", int, bool]
 
 
 @dataclass
@@ -105,18 +108,29 @@ def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBacken
 
 
 class Trainer:
-    """Base class of the four trainers (see the module docstring)."""
+    """The infrastructure every trainer shares (see the module docstring).
+
+    A subclass is the algorithm: it says which parts are on (the three class flags) and
+    implements :meth:`train_iteration`; :class:`~comprl_gym.trainers.complementary.
+    ComplementaryRLTrainer` is the one in this package.
+    """
 
     algorithm: ClassVar[str] = ""
-    #: Split each group into K/2 rollouts with experience and K/2 without.
+    #: Split each group into K/2 rollouts with experience and K/2 without (and build the
+    #: extractor and the store).
     uses_experience: ClassVar[bool] = False
-    #: Take actor optimiser steps.
+    #: Take actor optimiser steps (the one train/freeze switch of the actor).
     trains_actor: ClassVar[bool] = True
-    #: Take extractor optimiser steps.
+    #: Take extractor optimiser steps (the one train/freeze switch of the extractor).
     trains_extractor: ClassVar[bool] = False
 
     def __init__(self, config: TrainConfig):
         config.validate()
+        if self.uses_experience and config.group_size % 2:
+            raise ConfigurationError(
+                f"{self.algorithm} splits each group in halves: group_size must be even, "
+                f"got {config.group_size}"
+            )
         self.config = config
         self.output_dir = Path(config.output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -141,15 +155,8 @@ class Trainer:
         self.env_pool: Any = None
         if config.distributed.enabled:
             self._start_distributed()
-        actor_settings = config.actor
-        if not self.trains_actor:
-            actor_settings.frozen = True
         self.actor = PolicyOptimizer.from_settings(
-            actor_settings,
-            loss="clipped",
-            clip_eps_low=config.clip_eps_low,
-            clip_eps_high=config.clip_eps_high,
-            normalization=config.loss_normalization,
+            config.actor, loss=self.actor_loss(), trainable=self.trains_actor
         )
         self.actor_backend = make_actor_backend(config, self.actor)
         if config.distributed.enabled and self.trains_actor:
@@ -161,7 +168,8 @@ class Trainer:
         self.worker: ExperienceWorker | None = None
         if self.uses_experience:
             self._build_experience()
-        self._envs: dict[tuple[str, bool, int, bool], Any] = {}
+        #: Envs by (spec, slot): reused across iterations (a spec is also a Ray env's key).
+        self._envs: dict[tuple[EnvSpec, int], Any] = {}
         #: Whether training envs retrieve experience (off during warm-up).
         self._retrieval = True
         self.metrics = MetricsLogger(self.output_dir, tensorboard=config.tensorboard)
@@ -169,31 +177,51 @@ class Trainer:
         if config.resume and self.checkpoints.latest_step() is not None:
             self.resume()
 
+    # ------------------------------------------------------------------ the algorithm's part
+    def train_iteration(self) -> dict[str, Any]:
+        """One iteration of the algorithm; returns its metrics record."""
+        raise NotImplementedError
+
+    def actor_loss(self) -> Loss:
+        """The actor's loss (``config.actor_loss`` and its clip settings)."""
+        cfg = self.config
+        if cfg.actor_loss == "cispo":
+            return CISPO(cfg.clip_eps_low, cfg.clip_eps_high, normalization=cfg.loss_normalization)
+        return ClippedPG(cfg.clip_eps_low, cfg.clip_eps_high, cfg.loss_normalization)
+
+    def extractor_loss(self) -> Loss:
+        """The extractor's loss: CISPO with the ``experience.cispo_*`` settings."""
+        settings = self.config.experience
+        return CISPO(
+            settings.cispo_eps_low,
+            settings.cispo_eps_high,
+            settings.cispo_variant,
+            settings.cispo_normalization,
+        )
+
+    def experience_job(self, job: dict[str, Any]) -> None:
+        """The background half of an iteration (runs in the experience worker)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ scale-out
     def _start_distributed(self) -> None:
         """Join or start the Ray cluster and start the env workers (``docs/distributed.md``).
 
-        The one place where the trainer turns remote: :meth:`make_env` then names envs by
-        :class:`~comprl_gym.distributed.env_pool.EnvKey` and :meth:`play_jobs` plays them on
-        the pool's workers; the agent and its model stay in this process.
+        The one place where the trainer turns remote: :meth:`make_env` then hands out env
+        specs, which :meth:`play_jobs` plays on the pool's workers (each builds the spec's env
+        with :func:`~comprl_gym.env_factory.make_env`, reaching the store through the
+        experience service); the agent and its model stay in this process.
         """
         # Ray is a heavy optional dependency (the ``distributed`` extra): imported only here.
         from comprl_gym.distributed.cluster import RayCluster
-        from comprl_gym.distributed.env_pool import EnvPool, ExperienceEnvFactory, GymEnvFactory
+        from comprl_gym.distributed.env_pool import EnvPool, ServiceEnvFactory
 
         cfg = self.config
         if cfg.env_url:
             raise ConfigurationError("env_url and distributed.enabled: choose one way to env")
-        env_kwargs = ({"max_steps": cfg.max_episode_steps}, dict(cfg.env_kwargs))
-        factory: GymEnvFactory = GymEnvFactory(*env_kwargs)
         if self.uses_experience:
             self._check_distributed_experience()
-            factory = ExperienceEnvFactory(
-                *env_kwargs,
-                service_name=cfg.distributed.experience_service_name,
-                inject_top_k=cfg.experience.inject_top_k,
-                search_budget=cfg.experience.search_and_ask_budget,
-            )
+        factory = ServiceEnvFactory(cfg.distributed.experience_service_name)
         self.cluster = RayCluster(cfg.distributed).start()
         try:
             self.env_pool = EnvPool(cfg.distributed, factory)
@@ -204,7 +232,7 @@ class Trainer:
     def _data_parallel(self, optimizer: PolicyOptimizer) -> Any:
         """``optimizer``'s updates over ``distributed.trainer_ranks`` Ray actors (itself for
         one rank); the cluster is up (:meth:`_start_distributed` ran first)."""
-        from comprl_gym.distributed.data_parallel import data_parallel
+        from comprl_gym.trainers.data_parallel import data_parallel
 
         return data_parallel(optimizer, self.config.distributed)
 
@@ -258,15 +286,8 @@ class Trainer:
     def _build_experience(self) -> None:
         cfg = self.config
         extractor_settings = cfg.extractor
-        if not self.trains_extractor:
-            extractor_settings.frozen = True
         optimizer = PolicyOptimizer.from_settings(
-            extractor_settings,
-            loss="cispo",
-            cispo_eps_low=cfg.experience.cispo_eps_low,
-            cispo_eps_high=cfg.experience.cispo_eps_high,
-            cispo_variant=cfg.experience.cispo_variant,
-            normalization=cfg.experience.cispo_normalization,
+            extractor_settings, loss=self.extractor_loss(), trainable=self.trains_extractor
         )
         backend = TransformersBackend(
             model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
@@ -284,7 +305,7 @@ class Trainer:
             temperature=extractor_settings.temperature,
             seed=cfg.seed,
         )
-        self.worker = ExperienceWorker(self._experience_job, cfg.experience.async_extraction)
+        self.worker = ExperienceWorker(self.experience_job, cfg.experience.async_extraction)
         self.extractor_stats: list[dict[str, float]] = []
         self.merges = 0
 
@@ -294,27 +315,6 @@ class Trainer:
         embedder = getattr(getattr(self.manager, "store", None), "embedder", None)
         if embedder is not None and hasattr(embedder, "encode"):
             embedder.encode(["warm up"])
-
-    def _experience_job(self, job: dict[str, Any]) -> None:
-        """Background work for one actor iteration (runs in the worker thread)."""
-        assert self.extractor is not None
-        episodes: list[Trajectory] = job["episodes"]
-        step = job["step"]
-        self.extractor.distill(episodes, step)
-        self.extractor.credit_refinements(episodes, step)
-        self.extractor.credit_critiques(episodes)
-        # Warm-up builds the store only: no extractor update (reference: buffer collection and
-        # training wait for ``_warmup_complete``).
-        train = self.trains_extractor and not job.get("warmup", False)
-        stats = self.extractor.train_step(step) if train else None
-        if stats is not None:
-            self.extractor_stats.append(stats)
-        if len(self.manager) >= 2:
-            try:  # the manager owns the schedule (merge_interval_steps)
-                if self.extractor.maybe_merge(step) is not None:
-                    self.merges += 1
-            except Exception:  # a bad merge answer must not stop training
-                logger.exception("merging the experience store failed; the store is unchanged")
 
     # ------------------------------------------------------------------ tasks and envs
     def sample_tasks(self) -> list[TaskRef]:
@@ -328,80 +328,52 @@ class Trainer:
             for _ in range(cfg.groups_per_iteration)
         ]
 
+    def env_spec(self, env_id: str, with_experience: bool, evaluation: bool = False) -> EnvSpec:
+        """The spec of a training or evaluation env: the run's step limit and ``env_kwargs``
+        (or its env server), wrapped with experience for the with-experience half.
+
+        Evaluation envs read the store but never report outcomes, so measuring the store does
+        not change it (reference: validation env managers run with ``mode="val"``). Training
+        envs retrieve nothing during warm-up (``experience.warmup_iterations``).
+        """
+        cfg = self.config
+        kwargs = {} if cfg.env_url else {"max_steps": cfg.max_episode_steps}
+        kwargs.update(cfg.env_kwargs.get(env_id, {}))
+        experience = None
+        if with_experience:
+            retrieval = self._retrieval or evaluation
+            experience = ExperienceSpec(
+                inject_top_k=cfg.experience.inject_top_k if retrieval else 0,
+                search_budget=cfg.experience.search_and_ask_budget if retrieval else 0,
+                report_outcomes=not evaluation,
+                # The LLMAgent puts info["experiences"] in its system prompt: show them once.
+                in_observation=False,
+            )
+        return EnvSpec.of(env_id, kwargs, url=cfg.env_url, experience=experience)
+
     def make_env(
         self, env_id: str, with_experience: bool, slot: int, evaluation: bool = False
     ) -> Any:
-        """A cached env per (id, experience, slot, purpose): envs are reused across iterations.
-
-        Evaluation envs are separate: their experience wrapper reads the store but never
-        reports outcomes, so measuring the store does not change it (reference: validation env
-        managers run with ``mode="val"``, which never writes).
-        """
-        key = (env_id, with_experience, slot, evaluation)
-        if key not in self._envs:
-            if env_id not in gym.registry:
+        """A cached env per (spec, slot): envs are reused across iterations. On Ray, the spec
+        itself: :meth:`play_jobs` places it on an env worker, which builds and keeps it."""
+        spec = self.env_spec(env_id, with_experience, evaluation)
+        if self.env_pool is not None:
+            if spec.env_id not in gym.registry:  # fail here, not inside a remote worker
                 raise ConfigurationError(f"unknown env id {env_id!r}; `comprl-gym envs` lists them")
-            if self.env_pool is not None:
-                # Its key only: play_jobs places it on an env worker, which builds and keeps it.
-                return self._env_key(env_id, with_experience, evaluation)
-            if self.config.env_url:
-                env = gym.make(
-                    REMOTE_ENV_ID,
-                    url=self.config.env_url,
-                    env_id=env_id,
-                    token=os.environ.get("COMPRL_GYM_SERVE_TOKEN"),
-                    disable_env_checker=True,
-                )
-            else:
-                kwargs = {"max_steps": self.config.max_episode_steps}
-                kwargs.update(self.config.env_kwargs.get(env_id, {}))
-                env = gym.make(env_id, disable_env_checker=True, **kwargs)
-            if with_experience:
-                env = self._wrap_with_experience(env, report_outcomes=not evaluation)
-                if not evaluation:
-                    self._apply_retrieval(env)
-            self._envs[key] = env
+            return spec
+        key = (spec, slot)
+        if key not in self._envs:
+            self._envs[key] = make_env(
+                spec,
+                manager=TimedManager(self.manager, self.clock) if with_experience else None,
+                refiner=self._timed_refiner if with_experience else None,
+            )
         return self._envs[key]
-
-    def _env_key(self, env_id: str, with_experience: bool, evaluation: bool) -> Any:
-        from comprl_gym.distributed.env_pool import EnvKey
-
-        # Training envs carry the warm-up switch (Trainer._set_retrieval) in their key: the
-        # workers build one env per setting, as _apply_retrieval sets a local one.
-        retrieval = self._retrieval or not with_experience or evaluation
-        return EnvKey(env_id, with_experience, evaluation, retrieval)
-
-    def _wrap_with_experience(self, env: Any, report_outcomes: bool) -> Any:
-        from comprl_gym.wrappers import ExperienceAugmentedEnv
-
-        settings = self.config.experience
-        return ExperienceAugmentedEnv(
-            env,
-            TimedManager(self.manager, self.clock),
-            inject_top_k=settings.inject_top_k,
-            search_budget=settings.search_and_ask_budget,
-            refiner=self._timed_refiner,
-            report_outcomes=report_outcomes,
-            # The LLMAgent puts info["experiences"] in its system prompt: show them once.
-            experiences_in_observation=False,
-        )
 
     @property
     def in_warmup(self) -> bool:
         """Whether the next iteration is a warm-up one (see ``experience.warmup_iterations``)."""
         return self.uses_experience and self.iteration < self.config.experience.warmup_iterations
-
-    def _set_retrieval(self, enabled: bool) -> None:
-        """Turn injection and ``search_and_ask`` on or off in the training envs, cached or new."""
-        self._retrieval = enabled
-        for (_, with_exp, _, evaluation), env in self._envs.items():
-            if with_exp and not evaluation:
-                self._apply_retrieval(env)
-
-    def _apply_retrieval(self, env: Any) -> None:
-        settings = self.config.experience
-        env.injection.top_k = settings.inject_top_k if self._retrieval else 0
-        env.search.budget = settings.search_and_ask_budget if self._retrieval else 0
 
     def _timed_refiner(self, question: str, experiences: list[Any], context: Any = None) -> str:
         """``search_and_ask`` answered by the extractor; the actor's wait is measured."""
@@ -413,21 +385,7 @@ class Trainer:
             self.clock.add("of_which/extractor_lock_wait", time.perf_counter() - start)
             return self.extractor.refine(question, experiences, context)
 
-    # ------------------------------------------------------------------ one iteration
-    def play(self, tasks: list[TaskRef]) -> list[Trajectory]:
-        """K rollouts of every task (the first K/2 with experience when it is on)."""
-        k = self.config.group_size
-        jobs = []
-        slots: dict[tuple[str, bool], int] = {}
-        for group, task in enumerate(tasks):
-            for i in range(k):
-                with_exp = self.uses_experience and i < k // 2
-                slot = slots.get((task.env_id, with_exp), 0)
-                slots[(task.env_id, with_exp)] = slot + 1
-                env = self.make_env(task.env_id, with_exp, slot)
-                jobs.append((env, task, group, with_exp))
-        return self.play_jobs(jobs)
-
+    # ------------------------------------------------------------------ playing
     def _agent(self, temperature: float | None = None) -> LLMAgent:
         """A fresh agent per batch, its sampling seed fixed by (run seed, iteration, batch).
 
@@ -475,7 +433,7 @@ class Trainer:
 
     def play_jobs(
         self,
-        jobs: list[tuple[Any, TaskRef, int, bool]],
+        jobs: list[Job],
         temperature: float | None = None,
         progress: str = "",
     ) -> list[Trajectory]:
@@ -487,7 +445,7 @@ class Trainer:
         """
         cfg = self.config
         envs = [env for env, _, _, _ in jobs]
-        if self.env_pool is not None:  # keys from make_env, spread over the env workers
+        if self.env_pool is not None:  # specs from make_env, spread over the env workers
             envs = self.env_pool.envs(envs)
         trajectories = collect_rollouts(
             envs,
@@ -516,121 +474,22 @@ class Trainer:
         if self.actor_backend.supports_weight_sync:
             self.actor_backend.update_weights(self.actor.trainable_state_dict())
 
-    def episode_reward(self, episode: Trajectory) -> float:
-        """The outcome reward (``config.reward``) minus the invalid-action penalty."""
-        outcome = episode.score if self.config.reward == "score" else float(episode.won)
-        return outcome - self.config.invalid_action_penalty * episode.invalid_actions
-
-    def actor_samples(self, episodes: list[Trajectory]) -> list[TrainSample]:
-        """The actor's training sequences, each with its episode's grouped advantage.
-
-        Advantages are ``r - mean`` within each (task group, half) cell (reference
-        ``reward_normalization: {grouping: traj_group_id_w_or_wo_memory, method: mean}``;
-        ``scale_advantages`` divides by the cell's std). ``sample_mode="trajectory"``: one
-        sequence per episode (per context segment when the budget folded it, each weighted
-        ``1 / segments`` so that every episode weighs the same under the ``sequence``
-        normalisation, the reference's ``seq-mean-token-mean``); ``"turn"``: one per model call.
-        System, user, tool and env tokens are masked; only the tokens the actor sampled train.
-        """
-        cfg = self.config
-        rewards = [self.episode_reward(e) for e in episodes]
-        groups = [e.group for e in episodes]
-        halves = [e.with_experience for e in episodes] if self.uses_experience else None
-        advantages = grouped_advantages(rewards, groups, halves, scale=cfg.scale_advantages)
-        samples = []
-        for episode, advantage in zip(episodes, advantages):
-            sequences = episode.training_sequences(cfg.sample_mode)
-            weight = 1.0 / len(sequences) if cfg.sample_mode == "trajectory" and sequences else 1.0
-            for sequence in sequences:
-                samples.append(
-                    TrainSample(
-                        sequence.input_ids,
-                        sequence.loss_mask,
-                        float(advantage),
-                        old_logprobs=sequence.logprobs if cfg.old_logprobs == "sampler" else None,
-                        weight=weight,
-                        meta={"env_id": episode.env_id, "group": episode.group},
-                    )
-                )
-        return samples
-
-    def update_actor(self, episodes: list[Trajectory]) -> dict[str, Any]:
-        """``actor_epochs`` optimiser steps on the episodes' actor samples.
-
-        One epoch with ``old_logprobs="trainer"`` is the reference's step (ratio 1 against the
-        trainer's own log-probs); with more epochs the old log-probs are computed once, before
-        the first step, so later epochs are clipped against the policy that was sampled.
-        """
-        samples = self.actor_samples(episodes)
-        epochs = self.config.actor_epochs
-        if epochs > 1 and self.config.old_logprobs == "trainer":
-            samples = self.actor.fill_old_logprobs(samples)
-        update: dict[str, Any] = {}
-        for _ in range(epochs):
-            update = self.actor.update(samples)
-        return update
-
-    def train_iteration(self) -> dict[str, Any]:
-        """One iteration of the dual loop, in the reference's order
-        (``FullyAsyncMemoryActorPipeline.run`` in ``roll/pipeline/agentic/multi_agentic_pipeline.py``):
-
-        1. flush barrier: wait until at most ``experience.max_pending_iterations`` extraction
-           jobs are pending, so the rollouts see what earlier iterations distilled;
-        2. rollouts, K per task group, K/2 with experience (none retrieved during warm-up);
-        3. hand the trajectories to the background worker (extraction, extractor CISPO update,
-           merging), which runs while the actor updates;
-        4. the actor's update (skipped during warm-up) and the weight push to the rollout engine.
-        """
-        started = time.perf_counter()
-        self._play_calls = 0  # per-iteration sampling seeds (see _agent)
-        warmup = self.in_warmup
-        if self.worker is not None:
-            with self.clock.measure("flush_barrier"):
-                self.worker.wait_pending(self.config.experience.max_pending_iterations)
-        tasks = self.sample_tasks()
-        rollout_start = time.perf_counter()
-        if self.uses_experience:
-            self._set_retrieval(not warmup)
-        episodes = self.play(tasks)
-        rollout_s = time.perf_counter() - rollout_start
-        self.iteration += 1
-        for i, e in enumerate(episodes):
-            # Deterministic ids, so a resumed run writes the same provenance.
-            e.episode_id = f"it{self.iteration}-{i}"
-        self.rollouts_done += len(episodes)
-        self.record_performance(episodes)
-        if self.worker is not None:
-            submit_start = time.perf_counter()
-            self.worker.submit({"episodes": episodes, "step": self.iteration, "warmup": warmup})
-            self.clock.add("actor_blocked_on_worker", time.perf_counter() - submit_start)
-        train_actor = self.trains_actor and not warmup
-        update = self.update_actor(episodes) if train_actor else {}
-        if train_actor and update.get("samples"):
-            with self.clock.measure("weight_push"):
-                self.push_weights()
-        self.actor.model.eval()
-        waits = self.clock.take()
-        record = self._iteration_metrics(episodes, update, waits, rollout_s)
-        record["warmup"] = int(warmup)
-        record["iteration_time_s"] = time.perf_counter() - started
-        self.metrics.log(self.iteration, record)
-        every = self.config.checkpoint_every
-        if every and self.iteration % every == 0:
-            self.save_checkpoint()
-        return record
-
-    def _iteration_metrics(
+    # ------------------------------------------------------------------ metrics
+    def iteration_metrics(
         self,
         episodes: list[Trajectory],
         update: dict[str, Any],
         waits: dict[str, float],
         rollout_s: float,
+        rewards: list[float],
     ) -> dict[str, Any]:
+        """What an iteration logs: outcomes (per env id and per half), the actor's update, where
+        the actor waited, and the extractor's and the store's state."""
         record: dict[str, Any] = {
             "rollouts": self.rollouts_done,
             "success": float(np.mean([e.won for e in episodes])),
             "score": float(np.mean([e.score for e in episodes])),
-            "reward": float(np.mean([self.episode_reward(e) for e in episodes])),
+            "reward": float(np.mean(rewards)),
             "episode_steps": float(np.mean([e.steps for e in episodes])),
             "segments": float(np.mean([e.num_segments for e in episodes])),
             "invalid_actions": float(np.mean([e.invalid_actions for e in episodes])),
@@ -727,23 +586,23 @@ class Trainer:
         return summary
 
     def evaluate(self, before_training: bool = False) -> dict[str, Any]:
-        """Held-out tasks (seeds after the training pool), with and without experience.
+        """Held-out tasks (seeds after the training pool), with and without experience, played
+        by the trainer's own agent and measured by :mod:`comprl_gym.evaluation`.
 
-        Episodes are sampled at ``eval_temperature`` (0: greedy); each (env id, mode) plays its
-        ``eval_tasks`` episodes in one batched rollout call. ``success`` is the rate and
-        ``success_ci`` its Wilson interval; with both modes, ``with_experience.difference`` is
-        the paired difference with - without over the same tasks, with Newcombe's interval.
-        ``before_training`` plays without experience only (the store is empty then) and keeps
-        each episode's outcome in ``won`` for the before/after comparison.
+        Each arm of an env id plays its ``eval_tasks`` episodes in one batched rollout call at
+        ``eval_temperature`` (0: greedy), both arms with the same sampling seed. The episodes
+        and their summary go to ``<output_dir>/eval/after`` (``eval/before`` for the untrained
+        actor), a run folder that ``comprl-gym leaderboard`` reads; the returned table is
+        :func:`~comprl_gym.evaluation.eval.arm_table`'s. ``before_training`` plays without
+        experience only (the store is empty then).
         """
         cfg = self.config
-        self._play_calls = 0
         with_modes = [False, True] if self.manager is not None and not before_training else [False]
-        table: dict[str, Any] = {}
+        records: list[dict[str, Any]] = []
+        agent = f"{self.algorithm}:{cfg.actor.model}@iteration{self.iteration}"
         for env_id in cfg.env_ids:
-            row: dict[str, Any] = {}
-            won: dict[bool, list[float]] = {}
             for with_exp in with_modes:
+                self._play_calls = 0  # common random numbers: each arm samples with one seed
                 jobs = [
                     (
                         self.make_env(env_id, with_exp, t, evaluation=True),
@@ -753,28 +612,27 @@ class Trainer:
                     )
                     for t in range(cfg.eval_tasks)
                 ]
-                label = "with_experience" if with_exp else "without_experience"
-                when = "before training" if before_training else label.replace("_", " ")
+                condition = WITH_EXPERIENCE if with_exp else WITHOUT_EXPERIENCE
+                when = "before training" if before_training else f"{condition} experience"
                 episodes = self.play_jobs(
                     jobs, temperature=cfg.eval_temperature, progress=f"eval {when}"
                 )
-                won[with_exp] = [float(e.won) for e in episodes]
-                row[label] = {
-                    "success": float(np.mean(won[with_exp])),
-                    "success_ci": proportion_ci(won[with_exp]).to_dict(),
-                    "score": float(np.mean([e.score for e in episodes])),
-                    "steps": float(np.mean([e.steps for e in episodes])),
-                    "episodes": len(episodes),
-                    "won": won[with_exp],
-                }
-            if len(with_modes) == 2:  # the same held-out tasks in both modes, in job order: pairs
-                row["with_experience"]["difference"] = paired_difference_interval(
-                    won[True], won[False]
-                ).to_dict()
-            table[env_id] = row
+                records += [
+                    episode_record(
+                        episode,
+                        EpisodeKey(env_id, t, cfg.seed, condition),
+                        agent,
+                        self.manager if with_exp else None,
+                    )
+                    for t, episode in enumerate(episodes)
+                ]
+        summary = summarize(records, paired=len(with_modes) == 2)
+        write_run(
+            self.output_dir / "eval" / ("before" if before_training else "after"), records, summary
+        )
         if self.worker is not None:
             self.worker.drain()
-        return table
+        return arm_table(records, summary)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -821,7 +679,7 @@ class Trainer:
             self.extractor.manager = self.manager
             self.extractor.load_state_dict(state["extractor"])
             self.merges = int(state.get("merges", 0))
-            for key in [k for k in self._envs if k[1]]:
+            for key in [k for k in self._envs if k[0].experience is not None]:
                 self._envs.pop(key).close()
         self.push_weights()
         restore_rng_state(data["rng"])

@@ -28,8 +28,6 @@ from comprl_gym.core import ConfigurationError
 from comprl_gym.distributed.config import DistributedConfig
 from comprl_gym.experience.config import ExperienceConfig
 
-Algorithm = Literal["grpo", "complementary", "static_experience", "experience_only"]
-
 
 @dataclass
 class LoraSettings:
@@ -71,8 +69,6 @@ class ModelSettings:
     temperature: float = 1.0
     #: Most new tokens per generation (one action, one experience, one answer).
     max_new_tokens: int = 24
-    #: Freeze this model (no optimiser step): the static-experience and experience-only baselines.
-    frozen: bool = False
     #: LoRA settings.
     lora: LoraSettings = field(default_factory=LoraSettings)
 
@@ -172,8 +168,11 @@ class ExperienceSettings(ExperienceConfig):
 class TrainConfig:
     """Everything a training run needs. ``comprl-gym train --config FILE`` reads this from YAML."""
 
-    #: ``grpo`` | ``complementary`` | ``static_experience`` | ``experience_only``.
-    algorithm: Algorithm = "complementary"
+    #: The trainer: ``complementary`` | ``grpo`` | ``static_experience`` | ``experience_only``
+    #: (:data:`comprl_gym.trainers.TRAINERS`), or ``module:Class`` for a trainer of your own (a
+    #: subclass of :class:`~comprl_gym.trainers.complementary.ComplementaryRLTrainer` that
+    #: overrides a hook). Which models train is the algorithm's to say, not a model setting.
+    algorithm: str = "complementary"
     #: Seeds Python, NumPy and torch and the task draw: same seed, same CPU run.
     seed: int = 0
     #: The env ids of the task mixture (e.g. MiniHack Room, WebShop, ALFWorld).
@@ -213,6 +212,11 @@ class TrainConfig:
     sample_mode: Literal["trajectory", "turn"] = "trajectory"
     #: Rollout engine: ``transformers`` (default) or ``vllm`` (weights pushed after each update).
     rollout_backend: Literal["transformers", "vllm"] = "transformers"
+    #: The actor's loss (:mod:`comprl_gym.trainers.losses`): ``clipped`` (PPO/GRPO clipped
+    #: surrogate, the reference's) or ``cispo`` (CISPO's clipped, detached IS weight times
+    #: ``-A log p``, with ``clip_eps_low``/``clip_eps_high`` as its clip). A loss of your own is
+    #: a trainer's ``actor_loss`` hook.
+    actor_loss: Literal["clipped", "cispo"] = "clipped"
     #: Actor loss: lower PPO clip (reference ``pg_clip: 0.2``).
     clip_eps_low: float = 0.2
     #: Actor loss: upper PPO clip (reference 0.2; DAPO clip-higher uses 0.28).
@@ -324,11 +328,8 @@ class TrainConfig:
         """Raise ConfigurationError on values that cannot work."""
         if self.group_size < 2:
             raise ConfigurationError("group_size must be at least 2 (advantages need a group)")
-        if self.algorithm != "grpo" and self.group_size % 2:
-            raise ConfigurationError(
-                f"{self.algorithm} splits each group in halves: group_size must be even, "
-                f"got {self.group_size}"
-            )
+        if not self.algorithm:
+            raise ConfigurationError("algorithm must name a trainer (e.g. complementary, grpo)")
         if not self.env_ids:
             raise ConfigurationError("env_ids must name at least one env id")
         if self.env_url and not self.env_url.startswith(("http://", "https://", "ws://", "wss://")):

@@ -552,7 +552,7 @@ class ExperienceExtractor:
             stats = self.optimizer.update([sample for _, sample in ready])
             # ``updates`` counts optimiser steps: a batch whose advantages are all 0 (every r
             # equal, e.g. no win yet) takes none, as the reference's would change nothing.
-            stepped = stats["samples"] > 0 and not self.optimizer.settings.frozen
+            stepped = stats["samples"] > 0 and self.optimizer.trainable
             self.updates += int(stepped)
             for generation, _ in ready:
                 generation.times_trained += 1

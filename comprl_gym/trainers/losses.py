@@ -17,7 +17,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import torch
 
@@ -138,6 +139,88 @@ def cispo_loss(
     weight = cispo_weights(logp, old_logp, eps_low, eps_high, variant)
     per_token = -weight * advantages * logp
     return aggregate(per_token, mask, normalization, num_tokens, num_sequences)
+
+
+class Loss(Protocol):
+    """What :class:`~comprl_gym.trainers.policy.PolicyOptimizer` minimises: a picklable callable
+    (data-parallel ranks rebuild the optimiser from it) from per-token tensors to the loss and
+    its statistics (``clip_fraction`` is reported when present).
+
+    A new loss is one class with this ``__call__``; a trainer returns it from its ``actor_loss``
+    hook (see :mod:`comprl_gym.trainers.complementary`).
+    """
+
+    def __call__(
+        self,
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        num_tokens: float | None = None,
+        num_sequences: float | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+@dataclass(frozen=True)
+class ClippedPG:
+    """:func:`clipped_pg_loss` with its knobs bound: the actor's PPO/GRPO surrogate.
+
+    Example:
+        >>> logp = torch.log(torch.tensor([[0.5, 0.25]]))
+        >>> loss, stats = ClippedPG()(logp, logp, torch.tensor([1.0]), torch.ones(1, 2))
+        >>> loss.item(), stats["clip_fraction"]
+        (-1.0, 0.0)
+    """
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    normalization: Normalization = "sequence"
+
+    def __call__(self, logp, old_logp, advantages, mask, *, num_tokens=None, num_sequences=None):
+        return clipped_pg_loss(
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            eps_low=self.eps_low,
+            eps_high=self.eps_high,
+            normalization=self.normalization,
+            num_tokens=num_tokens,
+            num_sequences=num_sequences,
+        )
+
+
+@dataclass(frozen=True)
+class CISPO:
+    """:func:`cispo_loss` with its knobs bound: the extractor's loss (and an actor option).
+
+    Example:
+        >>> logp = torch.log(torch.tensor([[0.5, 0.25]]))
+        >>> loss, _ = CISPO()(logp, logp, torch.tensor([1.0]), torch.ones(1, 2))
+        >>> round(loss.item(), 4)  # -(log 0.5 + log 0.25) / 2
+        1.0397
+    """
+
+    eps_low: float = 0.1
+    eps_high: float = 0.1
+    variant: CispoVariant = "clip"
+    normalization: Normalization = "sequence"
+
+    def __call__(self, logp, old_logp, advantages, mask, *, num_tokens=None, num_sequences=None):
+        loss = cispo_loss(
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            eps_low=self.eps_low,
+            eps_high=self.eps_high,
+            variant=self.variant,
+            normalization=self.normalization,
+            num_tokens=num_tokens,
+            num_sequences=num_sequences,
+        )
+        return loss, {}
 
 
 def token_logprobs(

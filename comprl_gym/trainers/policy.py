@@ -9,7 +9,8 @@ batch of samples into one optimiser step with either loss of :mod:`comprl_gym.tr
 Example:
     >>> from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
     >>> from comprl_gym.trainers.config import ModelSettings
-    >>> opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-3), loss="cispo")
+    >>> from comprl_gym.trainers.losses import CISPO
+    >>> opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-3), loss=CISPO())
     >>> sample = TrainSample([5, 6, 7, 8], [0, 0, 1, 1], advantage=1.0)
     >>> stats = opt.update([sample])
     >>> stats["tokens"]
@@ -23,14 +24,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from comprl_gym.core import ConfigurationError, require
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.trainers.config import ModelSettings
-from comprl_gym.trainers.losses import cispo_loss, clipped_pg_loss, token_logprobs
+from comprl_gym.trainers.losses import ClippedPG, Loss, token_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -133,9 +134,12 @@ def load_causal_lm(settings: ModelSettings) -> tuple[Any, Any]:
 class PolicyOptimizer:
     """A causal LM, its AdamW optimiser and one loss: ``update(samples)`` is one step.
 
-    ``loss="clipped"`` is the actor's PPO/GRPO clipped surrogate; ``loss="cispo"`` the
-    extractor's CISPO. Micro-batches accumulate gradients with the full batch's normaliser,
-    so the step equals one full-batch step whatever ``micro_batch_size`` is.
+    ``loss`` is any :class:`~comprl_gym.trainers.losses.Loss`: the actor's clipped surrogate
+    (:class:`~comprl_gym.trainers.losses.ClippedPG`, the default) or the extractor's
+    :class:`~comprl_gym.trainers.losses.CISPO`. ``trainable=False`` freezes the model (the
+    baselines' frozen actor or extractor): ``update`` reports the batch and steps nothing.
+    Micro-batches accumulate gradients with the full batch's normaliser, so the step equals
+    one full-batch step whatever ``micro_batch_size`` is.
     """
 
     def __init__(
@@ -143,26 +147,18 @@ class PolicyOptimizer:
         model: Any,
         tokenizer: Any,
         settings: ModelSettings,
-        loss: Literal["clipped", "cispo"] = "clipped",
-        clip_eps_low: float = 0.2,
-        clip_eps_high: float = 0.28,
-        cispo_eps_low: float = 0.1,
-        cispo_eps_high: float = 0.1,
-        cispo_variant: Literal["clip", "trl"] = "clip",
-        normalization: Literal["sequence", "token"] = "sequence",
+        loss: Loss | None = None,
+        trainable: bool = True,
     ):
-        if loss not in ("clipped", "cispo"):
-            raise ConfigurationError(f"loss must be 'clipped' or 'cispo', got {loss!r}")
+        if loss is not None and not callable(loss):
+            raise ConfigurationError(
+                f"loss must be a Loss (ClippedPG(), CISPO(), ...), got {loss!r}"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
-        self.loss = loss
-        self.clip_eps_low = clip_eps_low
-        self.clip_eps_high = clip_eps_high
-        self.cispo_eps_low = cispo_eps_low
-        self.cispo_eps_high = cispo_eps_high
-        self.cispo_variant = cispo_variant
-        self.normalization = normalization
+        self.loss: Loss = loss if loss is not None else ClippedPG()
+        self.trainable = trainable
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.steps = 0
         params = [p for p in model.parameters() if p.requires_grad]
@@ -250,7 +246,7 @@ class PolicyOptimizer:
         batch with none left makes no step (AdamW would still move the weights through its
         momentum and weight decay).
 
-        A data-parallel rank (:mod:`comprl_gym.distributed.data_parallel`) passes its share of
+        A data-parallel rank (:mod:`comprl_gym.trainers.data_parallel`) passes its share of
         a batch with the whole batch's normalisers ``num_tokens`` / ``num_sequences`` (trained
         tokens and useful sequences over every rank), so its loss is its share of the
         full-batch loss, and ``reduce_gradients``, which sums the gradients over the ranks
@@ -271,7 +267,7 @@ class PolicyOptimizer:
             "clip_fraction": 0.0,
             "update_time_s": 0.0,
         }
-        if self.settings.frozen or (not useful and reduce_gradients is None):
+        if not self.trainable or (not useful and reduce_gradients is None):
             return stats
         self.model.train()
         num_tokens = float(stats["tokens"] if num_tokens is None else num_tokens)
@@ -294,32 +290,15 @@ class PolicyOptimizer:
                 self.model, batch["input_ids"], batch["attention_mask"], positions=positions
             )
             old = torch.where(batch["has_old"], batch["old"], logp.detach())
-            if self.loss == "cispo":
-                loss = cispo_loss(
-                    logp,
-                    old,
-                    batch["advantages"],
-                    batch["mask"],
-                    eps_low=self.cispo_eps_low,
-                    eps_high=self.cispo_eps_high,
-                    variant=self.cispo_variant,
-                    normalization=self.normalization,
-                    num_tokens=num_tokens,
-                    num_sequences=num_sequences,
-                )
-            else:
-                loss, extra = clipped_pg_loss(
-                    logp,
-                    old,
-                    batch["advantages"],
-                    batch["mask"],
-                    eps_low=self.clip_eps_low,
-                    eps_high=self.clip_eps_high,
-                    normalization=self.normalization,
-                    num_tokens=num_tokens,
-                    num_sequences=num_sequences,
-                )
-                clip_sum += extra["clip_fraction"] * float(batch["mask"].sum())
+            loss, extra = self.loss(
+                logp,
+                old,
+                batch["advantages"],
+                batch["mask"],
+                num_tokens=num_tokens,
+                num_sequences=num_sequences,
+            )
+            clip_sum += extra.get("clip_fraction", 0.0) * float(batch["mask"].sum())
             loss.backward()
             stats["loss"] += float(loss.detach())
         for _ in range((len(ordered) + micro - 1) // micro, micro_batches):

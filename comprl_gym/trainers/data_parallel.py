@@ -53,7 +53,8 @@ Example (no Ray needed for one rank: the optimiser comes back unchanged):
     >>> from comprl_gym.distributed.config import DistributedConfig
     >>> from comprl_gym.trainers.config import ModelSettings
     >>> from comprl_gym.trainers.policy import PolicyOptimizer
-    >>> opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny"), loss="cispo")
+    >>> from comprl_gym.trainers.losses import CISPO
+    >>> opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny"), loss=CISPO())
     >>> data_parallel(opt, DistributedConfig(enabled=True, trainer_ranks=1)) is opt
     True
     >>> shard_samples(list("abcde"), 2)
@@ -94,13 +95,14 @@ _MODEL_ARGS = ("self", "model", "tokenizer", "settings")
 
 
 def optimizer_options(optimizer: PolicyOptimizer) -> dict[str, Any]:
-    """The keyword arguments that rebuild ``optimizer``'s loss (``loss``, clip and CISPO
-    epsilons, normalisation...), so a rank's replica computes the same loss.
+    """The keyword arguments that rebuild ``optimizer``'s loss and train/freeze switch, so a
+    rank's replica computes the same loss.
 
     >>> from comprl_gym.trainers.config import ModelSettings
-    >>> opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny"), loss="cispo")
-    >>> optimizer_options(opt)["loss"], optimizer_options(opt)["normalization"]
-    ('cispo', 'sequence')
+    >>> from comprl_gym.trainers.losses import CISPO
+    >>> opt = PolicyOptimizer.from_settings(ModelSettings(model="tiny"), loss=CISPO())
+    >>> optimizer_options(opt)
+    {'loss': CISPO(eps_low=0.1, eps_high=0.1, variant='clip', normalization='sequence'), 'trainable': True}
     """
     names = inspect.signature(PolicyOptimizer.__init__).parameters
     return {name: getattr(optimizer, name) for name in names if name not in _MODEL_ARGS}
