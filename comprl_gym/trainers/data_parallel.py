@@ -67,6 +67,7 @@ import inspect
 import logging
 import os
 import socket
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -227,15 +228,15 @@ class UpdateRank:
     def __init__(
         self, settings: ModelSettings, options: dict[str, Any], backend: str, strategy: str
     ):
+        # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU: it is cuda:0 here; gloo ranks
+        # compute on the CPU. The dtype is the driver's (DataParallelOptimizer resolves it).
+        settings = replace(settings, device="cuda:0" if backend == "nccl" else "cpu")
         self.settings = settings
         self.options = options
         self.backend = backend
         self.strategy = strategy
         self.rank = -1
-        self.model, self.tokenizer = load_causal_lm(settings)
-        if backend == "nccl":
-            # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU: it is cuda:0 here.
-            self.model.to(torch.device("cuda", 0))
+        self.model, self.tokenizer = load_causal_lm(settings, "distributed rank")
         self.optimizer: PolicyOptimizer | None = None
         if strategy == "ddp":
             self.optimizer = PolicyOptimizer(self.model, self.tokenizer, settings, **options)
@@ -360,7 +361,7 @@ class DataParallelOptimizer:
         # SPREAD: on a multi-node cluster the ranks land on different nodes when they can.
         self.ranks = [
             remote.options(**options, scheduling_strategy="SPREAD").remote(
-                driver.settings,
+                replace(driver.settings, dtype=str(driver.compute_dtype).removeprefix("torch.")),
                 optimizer_options(driver),
                 config.update_backend,
                 config.update_strategy,
@@ -411,7 +412,7 @@ class DataParallelOptimizer:
         """One optimiser step on ``samples`` over the ranks; the statistics of the one-process
         step (sums of the ranks' shares; ``grad_norm`` is the global norm)."""
         useful = [s for s in samples if s.has_signal]
-        if self.driver.settings.frozen or not useful:
+        if not self.driver.trainable or not useful:
             return self.driver.update(samples)  # no step: the one-process answer, no gradient
         num_tokens = float(sum(s.num_action_tokens for s in useful))
         num_sequences = float(len(useful))

@@ -19,16 +19,18 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from comprl_gym.core import ConfigurationError, require
+from comprl_gym.llm.devices import resolve_dtype, resolve_placement
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.trainers.config import ModelSettings
 from comprl_gym.trainers.losses import ClippedPG, Loss, token_logprobs
@@ -93,15 +95,28 @@ class TrainSample:
         return self.num_action_tokens > 0 and self.advantage * self.weight != 0
 
 
-def load_causal_lm(settings: ModelSettings) -> tuple[Any, Any]:
-    """Load ``settings.model`` (``smollm2``, ``tiny`` or a folder) for training, with LoRA if set."""
+def load_causal_lm(settings: ModelSettings, setting: str = "model") -> tuple[Any, Any]:
+    """Load ``settings.model`` (``smollm2``, ``tiny`` or a folder) for training, with LoRA if
+    set, on the device of ``settings.device`` / ``settings.dtype`` (``setting`` names the
+    config section in errors: ``actor``, ``extractor``).
+
+    Trained weights are float32 (the optimiser's master weights): under LoRA the frozen base
+    is stored in the resolved dtype and PEFT keeps the adapters in float32; full fine-tuning
+    keeps every weight in float32 and computes in the resolved dtype under autocast
+    (:mod:`comprl_gym.llm.devices` says why).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    placement = resolve_placement(settings.device, settings.dtype, setting)
     path = resolve_model(settings.model)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    stored = placement.dtype if settings.lora.enabled else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=stored).to(placement.device)
+    if settings.gradient_checkpointing:
+        # Non-reentrant: works with frozen inputs (LoRA) without enable_input_require_grads.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if settings.lora.enabled:
         peft = require("peft", "LoRA training", "train")
         blocks = int(model.config.num_hidden_layers)
@@ -127,8 +142,111 @@ def load_causal_lm(settings: ModelSettings) -> tuple[Any, Any]:
             layers_to_transform=list(range(blocks - top, blocks)) if top else None,
             task_type="CAUSAL_LM",
         )
+        # PEFT builds the adapters on their layer's device, in float32 (autocast_adapter_dtype).
         model = peft.get_peft_model(model, lora)
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
     return model, tokenizer
+
+
+class _FloatLogits:
+    """``model`` with its logits cast to float32, so that :func:`token_logprobs` takes the
+    log-softmax and the picked logit's difference in float32 under a bfloat16 autocast."""
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def __call__(self, **kwargs: Any) -> Any:
+        output = self.model(**kwargs)
+        output.logits = output.logits.float()
+        return output
+
+
+class WeightStream:
+    """A model's full weights in Hugging Face names, one tensor at a time, for a rollout
+    engine: what ``merge_and_unload().state_dict()`` would hold, without a copy of the model.
+
+    Iterating yields ``(name, tensor)`` pairs (``items()`` too, so a consumer of a state dict
+    can read it). A plain model's tensors are yielded as they are (no copy). Under PEFT LoRA
+    each adapted linear's weight is computed when its turn comes, ``W + scale * B @ A``
+    (PEFT's own ``get_delta_weight``, cast to W's dtype as PEFT's merge does), and the adapter
+    tensors are left out; only one merged weight exists at a time unless the consumer keeps
+    them. An adapter kind this does not merge (DoRA, LoRA bias, non-linear layers) falls back
+    to merging a deep copy. Each pass reads the model's current weights.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return self.items()
+
+    def items(self) -> Iterator[tuple[str, torch.Tensor]]:
+        model = self.model
+        if not hasattr(model, "merge_and_unload"):
+            for name, tensor in model.state_dict().items():
+                yield name, tensor.detach()
+            return
+        from peft.tuners.lora import LoraLayer
+
+        base = model.get_base_model()
+        layers = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+        if not all(_plainly_mergeable(layer) for layer in layers.values()):
+            import copy
+
+            logger.info("weight push: merging a deep copy (an adapter kind merged only by PEFT)")
+            merged = copy.deepcopy(model).merge_and_unload()
+            for name, tensor in merged.state_dict().items():
+                yield name, tensor.detach()
+            return
+        with torch.no_grad():
+            for name, tensor in base.state_dict(keep_vars=True).items():
+                owner = _owner(name, layers)
+                if owner is None:
+                    yield name, tensor.detach()
+                    continue
+                prefix = f"{owner}.base_layer."
+                if not name.startswith(prefix):
+                    continue  # lora_A / lora_B / ...: merged into the base weight
+                leaf = name[len(prefix) :]
+                if leaf == "weight":
+                    tensor = _merged_weight(layers[owner])
+                yield f"{owner}.{leaf}", tensor.detach()
+
+
+def _owner(name: str, layers: dict[str, Any]) -> str | None:
+    """The LoRA layer (module name) that state-dict key ``name`` belongs to, if any."""
+    parts = name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in layers:
+            return candidate
+    return None
+
+
+def _plainly_mergeable(layer: Any) -> bool:
+    """A PEFT LoRA ``Linear`` with plain adapters (no DoRA or other variant, no LoRA bias)."""
+    from peft.tuners.lora import Linear
+
+    adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+    return (
+        type(layer) is Linear
+        and not layer.merged
+        and not any(a in getattr(layer, "lora_variant", {}) for a in adapters)
+        and not any(getattr(layer, "lora_bias", {}).get(a, False) for a in adapters)
+    )
+
+
+def _merged_weight(layer: Any) -> torch.Tensor:
+    """``W + sum of the active adapters' deltas``, as PEFT's ``merge`` computes it, in a new
+    tensor (the layer is not touched)."""
+    weight = layer.get_base_layer().weight
+    merged = weight.detach().clone()
+    for adapter in layer.active_adapters:
+        if adapter in layer.lora_A:
+            merged += layer.get_delta_weight(adapter)  # in place: PEFT's merge rounds once
+    return merged
 
 
 class PolicyOptimizer:
@@ -161,21 +279,47 @@ class PolicyOptimizer:
         self.trainable = trainable
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.steps = 0
+        #: Called before the forward passes of a step that will move the weights (a
+        #: colocated vLLM engine's ``sleep``, which frees its GPU memory for the update).
+        self.before_step: Callable[[], None] | None = None
+        self._device = next(model.parameters()).device
+        #: The dtype forward passes compute in (``settings.dtype`` on this model's device):
+        #: below float32 they run under autocast, log-probs are still taken in float32.
+        self.compute_dtype = resolve_dtype(settings.dtype, self._device)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=settings.lr, weight_decay=settings.weight_decay
         )
 
     @classmethod
-    def from_settings(cls, settings: ModelSettings, **kwargs: Any) -> PolicyOptimizer:
-        model, tokenizer = load_causal_lm(settings)
+    def from_settings(
+        cls, settings: ModelSettings, setting: str = "model", **kwargs: Any
+    ) -> PolicyOptimizer:
+        """Load the model of ``settings`` (``setting`` names its config section in errors:
+        ``actor``, ``extractor``) and build its optimiser."""
+        model, tokenizer = load_causal_lm(settings, setting)
         return cls(model, tokenizer, settings, **kwargs)
 
     @property
     def device(self) -> torch.device:
-        """Where the model's weights live (batches are moved there): CPU unless a
-        data-parallel rank moved its replica to its GPU."""
-        return next(self.model.parameters()).device
+        """Where the model's weights live (batches are moved there), as one object for the
+        optimiser's lifetime: a generation backend built around the model holds this very
+        object (``backend.device is optimizer.device``)."""
+        current = next(self.model.parameters()).device
+        if current != self._device:  # moved since (a data-parallel rank's replica)
+            self._device = current
+        return self._device
+
+    def _autocast(self) -> Any:
+        """Forward passes in :attr:`compute_dtype` (a no-op in float32)."""
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+    def _scorer(self) -> Any:
+        """The model as :func:`token_logprobs` should call it: float32 logits when the
+        forward computes in a lower precision."""
+        return self.model if self.compute_dtype == torch.float32 else _FloatLogits(self.model)
 
     # ------------------------------------------------------------------ batching
     def _pad(self, samples: list[TrainSample]) -> dict[str, torch.Tensor]:
@@ -221,7 +365,10 @@ class PolicyOptimizer:
             for begin in range(0, len(samples), micro):
                 chunk = samples[begin : begin + micro]
                 batch = self._pad(chunk)
-                logp = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+                with self._autocast():
+                    logp = token_logprobs(
+                        self._scorer(), batch["input_ids"], batch["attention_mask"]
+                    )
                 for row, sample in enumerate(chunk):
                     n = len(sample.input_ids)
                     # Entry t scores token t + 1; token 0 has no log-prob (never trained).
@@ -269,6 +416,8 @@ class PolicyOptimizer:
         }
         if not self.trainable or (not useful and reduce_gradients is None):
             return stats
+        if self.before_step is not None:
+            self.before_step()
         self.model.train()
         num_tokens = float(stats["tokens"] if num_tokens is None else num_tokens)
         num_sequences = float(len(useful) if num_sequences is None else num_sequences)
@@ -286,9 +435,10 @@ class PolicyOptimizer:
             for key in ("mask", "old"):
                 batch[key] = batch[key][:, positions]
             # Temperature 1: the backends report log-probs of the unprocessed distribution.
-            logp = token_logprobs(
-                self.model, batch["input_ids"], batch["attention_mask"], positions=positions
-            )
+            with self._autocast():
+                logp = token_logprobs(
+                    self._scorer(), batch["input_ids"], batch["attention_mask"], positions=positions
+                )
             old = torch.where(batch["has_old"], batch["old"], logp.detach())
             loss, extra = self.loss(
                 logp,
@@ -303,7 +453,8 @@ class PolicyOptimizer:
             stats["loss"] += float(loss.detach())
         for _ in range((len(ordered) + micro - 1) // micro, micro_batches):
             idle = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
-            logits = self.model(input_ids=idle, attention_mask=torch.ones_like(idle)).logits
+            with self._autocast():
+                logits = self.model(input_ids=idle, attention_mask=torch.ones_like(idle)).logits
             (logits.sum() * 0.0).backward()
         params = [p for p in self.model.parameters() if p.requires_grad]
         if reduce_gradients is not None:
@@ -324,15 +475,14 @@ class PolicyOptimizer:
         return stats
 
     # ------------------------------------------------------------------ state
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """Full-model weights in Hugging Face names (LoRA merged in), for a rollout engine."""
-        model = self.model
-        if hasattr(model, "merge_and_unload"):  # PEFT: push merged weights, keep the adapter
-            import copy
+    def rollout_weights(self) -> WeightStream:
+        """Full-model weights in Hugging Face names (LoRA merged in), one tensor at a time,
+        for a rollout engine's weight push (:class:`WeightStream`: no copy of the model)."""
+        return WeightStream(self.model)
 
-            merged = copy.deepcopy(model).merge_and_unload()
-            return {k: v.detach() for k, v in merged.state_dict().items()}
-        return {k: v.detach() for k, v in model.state_dict().items()}
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """:meth:`rollout_weights` as a dict (every merged weight held at once)."""
+        return dict(self.rollout_weights())
 
     def state_dict(self) -> dict[str, Any]:
         return {
