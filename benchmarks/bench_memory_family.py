@@ -15,8 +15,8 @@ through ``comprl_gym.evaluation.run_eval`` (the ``comprl-gym eval`` code; runs a
 ``--runs`` and resumed), rates get Wilson 95% intervals (``comprl_gym.evaluation.stats``).
 Writes ``benchmarks/results/memory_family.json``.
 
-Measured on 2 CPU cores: random and expert take seconds; SmolLM2 about 10 minutes per 64
-episodes. ``--llm none`` leaves the LLM out (its earlier result in the JSON is then kept).
+Measured on 2 shared CPU cores: random and expert take seconds; SmolLM2 10 minutes (Fork)
+and 27 minutes (Landmark, the machine busier) per 64 episodes, 16 at a time. ``--llm none`` leaves the LLM out (its earlier result in the JSON is then kept).
 
 Usage:
     python benchmarks/bench_memory_family.py                 # everything
@@ -104,16 +104,30 @@ def evaluate(agent: str, env_id: str, episodes: int, env_kwargs: dict, out: Path
     return sorted(records, key=lambda r: int(r["seed"]))
 
 
-def summarise(agent: str, records: list[dict], env_kwargs: dict, seconds: float) -> dict:
+def summarise(agent: str, records: list[dict], env_kwargs: dict) -> dict:
+    from comprl_gym.envs.memory import dungeon
+
     seeds = sorted(int(r["seed"]) for r in records)
+    by_side = {
+        side: rate([bool(r["won"]) for r in records if dungeon(r["task_id"]).side == side])
+        for side in ("east", "west")
+    }
     return {
         "agent": agent,
         **rate([bool(r["won"]) for r in records]),
+        "by_side": by_side,
+        # terminated without a win: the episode stepped into the branch without the stairs
+        "wrong_branch": sum(bool(r["terminated"]) and not r["won"] for r in records),
+        "out_of_steps": sum(bool(r["truncated"]) for r in records),
         "reset_seeds": [seeds[0], seeds[-1]] if seeds else [],
         "task_ids": len({r["task_id"] for r in records}),
+        "agent_seeds": sorted({int(r.get("agent_seed", 0)) for r in records}),
         "steps_mean": round(sum(r.get("steps", 0) for r in records) / max(1, len(records)), 3),
         "env_kwargs": env_kwargs,
-        "wall_s": round(seconds, 1),
+        # per episode, as recorded when it was played (a resumed run costs nothing here)
+        "episode_wall_s_mean": round(
+            sum(float(r.get("wall_time_s", 0.0)) for r in records) / max(1, len(records)), 3
+        ),
     }
 
 
@@ -153,20 +167,18 @@ def main(argv: list[str] | None = None) -> dict:
         rows: dict[str, Any] = {}
         kwargs = {"split": args.split}
         for agent in ("random", "expert"):
-            start = time.perf_counter()
             records = evaluate(
                 agent, env_id, args.episodes, kwargs, runs / f"{agent}-{variant}", parallel=16
             )
-            rows[agent] = summarise(agent, records, kwargs, time.perf_counter() - start)
+            rows[agent] = summarise(agent, records, kwargs)
         rows["walk_east"] = walk_east(env_id, args.episodes, args.split)
         if args.llm != "none":
             llm_kwargs = {**kwargs, "observation_mode": args.observation_mode}
-            start = time.perf_counter()
             records = evaluate(
                 args.llm, env_id, args.llm_episodes, llm_kwargs, runs / f"llm-{variant}",
                 args.parallel,
             )  # fmt: skip
-            rows["llm"] = summarise(args.llm, records, llm_kwargs, time.perf_counter() - start)
+            rows["llm"] = summarise(args.llm, records, llm_kwargs)
             rows["llm"]["temperature"] = 1.0 if "temperature=1" in args.llm else None
         elif "llm" in previous.get("variants", {}).get(variant, {}):
             rows["llm"] = previous["variants"][variant]["llm"]
