@@ -53,7 +53,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from comprl_gym.core import ComprlGymError, DataError
+from comprl_gym.core import ComprlGymError, ConfigurationError, DataError
 from comprl_gym.llm.base import BackendError
 
 logger = logging.getLogger(__name__)
@@ -163,6 +163,27 @@ class Trajectory:
     def with_experience(self) -> bool:
         """Whether a trainer played this episode in its with-experience half."""
         return bool(self.meta.get("with_experience", False))
+
+    @property
+    def shown_experience_ids(self) -> list[int]:
+        """The experiences the actor actually read, in the order shown: those injected, less
+        the ones an unreadable critique dropped from its prompt (reference
+        ``hook_on_episode_start``). Only these count as uses of a lesson.
+
+        Example:
+            >>> t = Trajectory("e", "id", "f", "0", "", 0, experience_ids=[4, 7, 4])
+            >>> t.shown_experience_ids
+            [4, 7]
+            >>> t.critique = {"decision": "unparsed", "score": None, "ids": [7]}
+            >>> t.shown_experience_ids
+            [4]
+        """
+        ids = [int(i) for i in dict.fromkeys(self.experience_ids)]
+        critique = self.critique
+        if critique is not None and critique.get("score") is None:
+            dropped = {int(i) for i in critique.get("ids", [])}
+            ids = [i for i in ids if i not in dropped]
+        return ids
 
     def transcript(self, max_chars: int = 1500) -> str:
         """What happened, for a reader such as the experience extractor.
@@ -414,13 +435,18 @@ class RolloutWorker:
         options: list[dict[str, Any] | None] | None = None,
         meta: list[dict[str, Any]] | None = None,
         on_episode: Callable[[Trajectory], None] | None = None,
+        sampling_seeds: list[int] | None = None,
     ) -> list[Trajectory]:
         """Play one episode per seed; results in the order of ``seeds``.
 
         ``on_episode`` is called as each episode ends (to persist it at once). An episode whose
         env is lost (:class:`EnvLost`) is played again from its reset, up to
-        ``config.max_episode_retries`` times; then the run fails.
+        ``config.max_episode_retries`` times; then the run fails. ``sampling_seeds`` gives each
+        episode its own sampling seed (a batched LLM agent then draws each episode's replies
+        from it alone, whatever else shares the batch: common random numbers across runs).
         """
+        if sampling_seeds is not None and len(sampling_seeds) != len(seeds):
+            raise ConfigurationError("sampling_seeds needs one seed per episode")
         options = options or [None] * len(seeds)
         meta = meta or [{} for _ in seeds]
         queue = list(range(len(seeds)))[::-1]
@@ -487,7 +513,8 @@ class RolloutWorker:
                 reruns=reruns[i],
             )
             if self.batched:
-                slot.state = self.agent.start_episode(slot.trajectory.task, info)
+                episode_seed = None if sampling_seeds is None else int(sampling_seeds[i])
+                slot.state = self.agent.start_episode(slot.trajectory.task, info, seed=episode_seed)
             else:
                 slot.agent = (
                     self.agent
@@ -657,6 +684,7 @@ def collect_rollouts(
     jsonl_path: str | os.PathLike[str] | None = None,
     meta: list[dict[str, Any]] | None = None,
     stepper: Any = None,
+    sampling_seeds: list[int] | None = None,
 ) -> list[Trajectory]:
     """Play one episode per seed with up to ``len(envs)`` at once; optionally append JSONL.
 
@@ -670,7 +698,9 @@ def collect_rollouts(
     """
     worker = RolloutWorker(envs, agent=agent, config=config, stepper=stepper)
     on_episode = (lambda t: write_jsonl(jsonl_path, [t])) if jsonl_path is not None else None
-    return worker.run(seeds, options=options, meta=meta, on_episode=on_episode)
+    return worker.run(
+        seeds, options=options, meta=meta, on_episode=on_episode, sampling_seeds=sampling_seeds
+    )
 
 
 def run_episode(

@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -289,6 +290,9 @@ class EpisodeState:
     #: judged them (then ``critique`` holds its decision and ``experiences`` what survived).
     retrieved: list[dict[str, Any]] = field(default_factory=list)
     critique: Critique | None = None
+    #: The episode's own sampling seed: reply t is drawn with ``call_seed(seed, t)``, whatever
+    #: else is in the batch (``None``: the agent's per-call seeds).
+    seed: int | None = None
 
 
 @dataclass
@@ -367,7 +371,9 @@ class LLMAgent:
         return decision.action
 
     # ---- batched -------------------------------------------------------------------------
-    def start_episode(self, task: str, info: dict[str, Any]) -> EpisodeState:
+    def start_episode(
+        self, task: str, info: dict[str, Any], seed: int | None = None
+    ) -> EpisodeState:
         family = self.family or str(info.get("env_family", "generic"))
         conversation = (
             TokenConversation(self.backend, self.config.prompt.max_context_tokens)
@@ -385,6 +391,7 @@ class LLMAgent:
             experiences=experience_texts(info.get("experiences")),
             conversation=conversation,
             retrieved=retrieved if self.critic is not None else [],
+            seed=seed,
         )
 
     def messages_for(
@@ -419,7 +426,7 @@ class LLMAgent:
             conversations = [
                 self.messages_for(s, o, i) for s, o, i in zip(states, observations, infos)
             ]
-            generations, prefills = self._generate(conversations, infos)
+            generations, prefills = self._generate(conversations, infos, states)
         decisions = []
         for state, observation, info, messages, generation, prefill in zip(
             states, observations, infos, conversations, generations, prefills
@@ -529,7 +536,7 @@ class LLMAgent:
         generations: list[Generation | None] = [None] * len(states)
         for fmt in dict.fromkeys(formats):
             rows = [i for i, f in enumerate(formats) if f == fmt]
-            params = self.config.sampling(call, fmt[1])
+            params = self._episode_seeds(self.config.sampling(call, fmt[1]), states, rows)
             outputs = self.backend.generate_ids([token_prompts[i] for i in rows], params)
             for i, output in zip(rows, outputs):
                 generations[i] = output
@@ -540,8 +547,24 @@ class LLMAgent:
             return []
         return list(self.backend.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def _episode_seeds(
+        self, params: SamplingParams, states: list[EpisodeState], rows: list[int]
+    ) -> SamplingParams:
+        """``params`` with one seed per row when every row's episode has its own seed: reply
+        t of an episode is drawn with ``call_seed(episode seed, t)``."""
+        seeds = [states[i].seed for i in rows]
+        if any(seed is None for seed in seeds):
+            return params
+        return dataclasses.replace(
+            params,
+            seeds=tuple(call_seed(int(seed), states[i].steps) for seed, i in zip(seeds, rows)),
+        )
+
     def _generate(
-        self, conversations: list[list[dict[str, str]]], infos: list[dict[str, Any]]
+        self,
+        conversations: list[list[dict[str, str]]],
+        infos: list[dict[str, Any]],
+        states: list[EpisodeState] | None = None,
     ) -> tuple[list[Generation], list[str]]:
         """Generate every reply; one backend call per distinct answer format (normally one).
 
@@ -562,6 +585,8 @@ class LLMAgent:
             rows = [i for i, f in enumerate(formats) if f == fmt]
             prefill, stop = fmt
             params = self.config.sampling(call, stop)
+            if states is not None:
+                params = self._episode_seeds(params, states, rows)
             if raw:
                 prompts = [
                     self.backend.apply_chat_template(conversations[i]) + prefill for i in rows

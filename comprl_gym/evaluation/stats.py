@@ -371,6 +371,24 @@ def paired_difference_interval(
     return Interval(diff, low, high, sum(table), level, NEWCOMBE_PAIRED)
 
 
+def mcnemar_exact_p(first: Sequence[float], second: Sequence[float]) -> float:
+    """McNemar's exact two-sided p-value for paired 0/1 outcomes: of the ``m`` discordant
+    pairs, ``b`` favour the first; under no difference ``b ~ Binomial(m, 1/2)``, and the
+    p-value is ``min(1, 2 P(X <= min(b, m - b)))``. 1.0 when no pair disagrees.
+
+    Example (the 2x2 table 41, 14, 5, 4: b = 14, c = 5, m = 19):
+        >>> a = [1] * 41 + [1] * 14 + [0] * 5 + [0] * 4
+        >>> b = [1] * 41 + [0] * 14 + [1] * 5 + [0] * 4
+        >>> round(mcnemar_exact_p(a, b), 3)
+        0.064
+    """
+    _, only_first, only_second, _ = _paired_table(first, second)
+    discordant = only_first + only_second
+    if discordant == 0:
+        return 1.0
+    return min(1.0, 2.0 * _binomial_cdf(min(only_first, only_second), discordant, 0.5))
+
+
 # --------------------------------------------------------------------------------------------
 # How many episodes would resolve a difference of 0.1
 # --------------------------------------------------------------------------------------------

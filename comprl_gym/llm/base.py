@@ -57,7 +57,11 @@ class SamplingParams:
         stop: strings that end a completion. The completion text keeps the stop string (so an
             agent that stops on ``"</action>"`` still sees a closed tag).
         logprobs: return the log-probability of each sampled token.
-        seed: seed of the sampler for reproducible sampling (``None`` = not reproducible).
+        seed: seed of the sampler for reproducible sampling (``None`` = not reproducible);
+            request ``i`` of a batch is seeded ``seed + i``.
+        seeds: one seed per request instead (overrides ``seed``): a request's draws then do
+            not depend on what else is in its batch, which common random numbers across
+            evaluation arms need (:meth:`request_seed`).
     """
 
     max_tokens: int = 128
@@ -67,6 +71,18 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     logprobs: bool = True
     seed: int | None = None
+    seeds: tuple[int, ...] | None = None
+
+    def request_seed(self, index: int) -> int | None:
+        """The seed of request ``index`` of a batch.
+
+        Example:
+            >>> SamplingParams(seed=10).request_seed(2), SamplingParams(seeds=(7, 3)).request_seed(1)
+            (12, 3)
+        """
+        if self.seeds is not None:
+            return int(self.seeds[index])
+        return None if self.seed is None else self.seed + index
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from comprl_gym.core import ConfigurationError
@@ -168,6 +169,13 @@ class OpenAIBackend(LLMBackend):
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
         if not prompts:
             return []
+        if params.seeds is not None and len(prompts) > 1:
+            # One seed per request: one request per prompt (a batched request has one seed).
+            return [
+                g
+                for i, prompt in enumerate(prompts)
+                for g in self.generate([prompt], replace(params, seed=params.seeds[i], seeds=None))
+            ]
         started = time.perf_counter()
         body = self._sampling_body(params) | {"prompt": prompts}
         if params.logprobs:
@@ -196,8 +204,8 @@ class OpenAIBackend(LLMBackend):
 
         def one(index: int, messages: list[Message]) -> dict[str, Any]:
             body = self._sampling_body(params) | {"messages": messages}
-            if params.seed is not None:
-                body["seed"] = params.seed + index
+            if params.request_seed(index) is not None:
+                body["seed"] = params.request_seed(index)
             if params.logprobs:
                 body["logprobs"] = True
             return self._post_with_fallback("/chat/completions", body)

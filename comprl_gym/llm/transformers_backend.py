@@ -27,6 +27,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -227,6 +228,12 @@ class TransformersBackend(LLMBackend):
         if self.model is None:
             raise BackendError("the transformers backend was closed")
         out: list[Generation] = []
+        if params.seeds is not None:
+            # One torch draw serves a whole batch, so per-request seeds mean one row at a time.
+            for i, row in enumerate(ids):
+                one = replace(params, seed=params.seeds[i], seeds=None)
+                out.extend(self._generate_batch([row], [texts[i]], one))
+            return out
         for start in range(0, len(ids), self.max_batch_size):
             end = start + self.max_batch_size
             out.extend(self._generate_batch(ids[start:end], texts[start:end], params))

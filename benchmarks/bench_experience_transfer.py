@@ -1,0 +1,325 @@
+"""Does a lesson change what the actor does? Train it to read, then stream held-out tasks.
+
+The memory family (``comprl/Memory-Fork-v0``) hides what wins: each named dungeon's stairs lie
+down one branch of a dark fork, on a side fixed per dungeon and never shown; stepping into the
+other branch loses at once. Without a lesson the actor can do no better than a coin.
+
+1. **Train to read** (the static-experience setting): GRPO with the with/without halves on the
+   training dungeons. The with-experience half is shown the store's lesson for its dungeon;
+   the store holds the benchmark's oracle lessons of the *training* dungeons only and nothing
+   writes to it (a trainer variant whose ``experience_job`` does nothing: one class, see
+   :class:`LessonReadingTrainer`).
+2. **Untrained vs trained reading**: the untrained actor plays the held-out dungeons once with
+   no lesson and with the oracle lesson.
+3. **Stream the held-out dungeons** (never trained on), ``--visits`` visits each, with the
+   trained actor, one arm per lesson source, every episode on common random numbers (the same
+   reset and sampling seed in every arm; a fresh agent per episode):
+
+   ``none`` no lessons; ``own`` the run's extractor (SmolLM2, frozen) distils every finished
+   episode into the arm's store; ``exemplar`` a won episode's actions stored verbatim (no LLM);
+   ``placebo`` a lesson of the oracle's token length naming the dungeon and nothing else;
+   ``inverted`` the oracle lesson with the other side; ``oracle`` the benchmark's correct
+   lesson (the upper bound of reading). Fixed arms' stores hold one lesson per held-out
+   dungeon; learning arms start empty and fill between visits. Nothing from the training
+   dungeons is in any arm's store.
+
+Writes ``benchmarks/results/experience_transfer.json`` (every episode's seeds, outcome and the
+lessons it was shown; per arm and visit the success with Wilson intervals; each arm minus
+``none`` paired with Newcombe's interval and McNemar's exact p) and ``.png`` (success by
+visit, one line per arm). About 30 minutes on 2 CPU cores; ``--quick`` is a 2-minute smoke
+run on the tiny random model (what the tests run).
+
+    python benchmarks/bench_experience_transfer.py [--iterations 10] [--tasks 64] [--visits 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ENV_ID = "comprl/Memory-Fork-v0"
+RESULTS = Path(__file__).resolve().parent / "results"
+ARMS = ("none", "own", "exemplar", "placebo", "inverted", "oracle")
+
+from comprl_gym.trainers.complementary import StaticExperienceTrainer  # noqa: E402
+
+
+class LessonReadingTrainer(StaticExperienceTrainer):
+    """Static experience whose store is the benchmark's: the actor learns with the oracle
+    lessons of the training dungeons, and nothing (no extractor) writes to the store."""
+
+    algorithm = "lesson-reading"
+
+    def experience_job(self, job: dict[str, Any]) -> None:
+        """No distillation, credit or merging: the store stays the benchmark's."""
+
+
+def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, Any]:
+    quick = args.quick
+    model = "tiny" if quick else "smollm2"
+    lora = {"enabled": True, "r": 16, "alpha": 32, "top_layers": 0 if quick else 8}
+    return {
+        "algorithm": f"{__name__}:LessonReadingTrainer",
+        "seed": args.seed,
+        "env_ids": [ENV_ID],
+        "env_kwargs": {ENV_ID: {"split": "train", "observation_mode": "compact"}},
+        "task_pool": 192,
+        "iterations": args.iterations,
+        "groups_per_iteration": args.groups,
+        "group_size": 8,
+        "max_episode_steps": 5,
+        "rollout_backend": "transformers" if quick else "vllm",
+        "conversation": "multi_turn",
+        "actor": {
+            "model": model,
+            "lr": 4.0e-4,
+            "micro_batch_size": 4,
+            "max_new_tokens": 12,
+            "temperature": 1.0,
+            "lora": lora,
+        },
+        "extractor": {"model": model, "max_new_tokens": 32, "temperature": 0.7, "lora": lora},
+        "experience": {
+            "store_dir": str(store),
+            "inject_top_k": 1,
+            "search_and_ask_budget": 0,
+            "extractor_format": "plain",
+            "min_quality": 0.0,
+            "async_extraction": False,
+            "diversify": False,
+        },
+        "eval_tasks": 0,
+        "output_dir": str(out / "run"),
+        "resume": False,
+        "progress": not quick,
+        "tensorboard": False,
+        "torch_threads": args.threads,
+    }
+
+
+def open_store(folder: Path) -> Any:
+    """An arm's store. Diversification is off: it drops a recently shown top hit at random and
+    penalises often-retrieved lessons, which would hide a dungeon's own lesson from its later
+    visits; an arm should show the lesson its store ranks first."""
+    from comprl_gym.experience import ExperienceConfig, ExperienceManager
+
+    return ExperienceManager(str(folder), config=ExperienceConfig(diversify=False))
+
+
+def fixed_store(folder: Path, lessons: list[str]) -> Any:
+    """A store holding ``lessons`` (one per held-out dungeon) in the memory family."""
+    manager = open_store(folder)
+    manager.add(lessons, env_family="memory")
+    return manager
+
+
+def learning_arms(trainer: Any, root: Path) -> dict[str, Any]:
+    """The arms whose stores start empty and learn between visits."""
+    from comprl_gym.evaluation.streaming import Arm
+    from comprl_gym.experience.exemplar import exemplar_lesson
+
+    own, exemplar = open_store(root / "own"), open_store(root / "exemplar")
+    extractor = trainer.extractor
+
+    def distil(episode: Any) -> None:
+        extractor.manager = own
+        extractor.write(episode, actor_step=trainer.iteration)
+
+    def remember(episode: Any) -> None:
+        lesson = exemplar_lesson(episode.task, [t.action for t in episode.turns], episode.won)
+        if lesson:
+            exemplar.add([lesson], env_family="memory")
+
+    return {"own": Arm("own", own, distil), "exemplar": Arm("exemplar", exemplar, remember)}
+
+
+def shown_own_dungeon(record: dict[str, Any]) -> bool:
+    """Whether the episode was shown a lesson naming its own dungeon."""
+    name = record["task"].split(",", 1)[0].removeprefix("You are in ")
+    return any(
+        name in " ".join(str(e.get(k) or "") for k in ("title", "description", "content"))
+        for e in record["experiences"]
+    )
+
+
+def plot(summary: dict[str, Any], path: Path, visits: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = list(range(1, visits + 1))
+    for i, (arm, row) in enumerate(summary.items()):
+        cells = [row["visits"][str(v)]["success"] for v in xs]
+        shift = [x + (i - len(summary) / 2) * 0.03 for x in xs]
+        ax.errorbar(
+            shift,
+            [c["mean"] for c in cells],
+            yerr=[[c["mean"] - c["low"] for c in cells], [c["high"] - c["mean"] for c in cells]],
+            marker="o",
+            capsize=3,
+            label=arm,
+        )
+    ax.set_xticks(xs)
+    ax.set_xlabel("visit to the held-out dungeon")
+    ax.set_ylabel("success (95% Wilson interval)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.axhline(0.5, color="grey", lw=0.6, ls=":")
+    ax.set_title("Memory-Fork held-out dungeons: success by visit, per lesson source")
+    ax.legend(ncol=3, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=10, help="training iterations")
+    parser.add_argument("--groups", type=int, default=4, help="task groups per iteration (K=8)")
+    parser.add_argument("--tasks", type=int, default=64, help="held-out dungeons (at most 64)")
+    parser.add_argument("--visits", type=int, default=3, help="visits to each held-out dungeon")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="tiny model, a smoke run")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads (0: one per core; 1 on a busy box)"
+    )
+    parser.add_argument("--out", default=str(RESULTS / "experience_transfer"), help="JSON/PNG stem")
+    args = parser.parse_args()
+
+    from comprl_gym.env_factory import EnvSpec
+    from comprl_gym.envs.memory import inverted_lesson, oracle_lesson, placebo_lesson, pool
+    from comprl_gym.evaluation.streaming import Arm, run_streaming, streaming_summary
+    from comprl_gym.trainers import TrainConfig, make_trainer
+
+    started = time.perf_counter()
+    held_out = list(pool("test"))[: args.tasks]
+    tasks = list(range(len(held_out)))  # reset seed t plays held-out dungeon t
+    spec = EnvSpec.of(ENV_ID, {"split": "test", "observation_mode": "compact", "max_steps": 5})
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        train_store = fixed_store(root / "train-store", [oracle_lesson(i) for i in pool("train")])
+        train_store.close()
+        trainer = make_trainer(
+            TrainConfig.from_dict(train_config(args, root, root / "train-store"))
+        )
+
+        try:
+            stores = {
+                name: fixed_store(root / name, [make(i) for i in held_out])
+                for name, make in (
+                    ("placebo", placebo_lesson),
+                    ("inverted", inverted_lesson),
+                    ("oracle", oracle_lesson),
+                )
+            }
+            # 2. The untrained actor: does it read a lesson at all?
+            before = run_streaming(
+                spec,
+                tasks,
+                1,
+                [Arm("none"), Arm("oracle", stores["oracle"])],
+                trainer.agent(seed=args.seed, temperature=1.0),
+                seed=args.seed,
+                agent_label="untrained",
+                progress=not args.quick,
+            )
+            # 1. Train it to read.
+            t0 = time.perf_counter()
+            trainer.train()
+            train_s = time.perf_counter() - t0
+            curve = [
+                {
+                    "iteration": r["step"],
+                    "with_experience": r.get("with_experience/success"),
+                    "without_experience": r.get("without_experience/success"),
+                }
+                for r in trainer.metrics.read()
+            ]
+            # 3. Stream the held-out dungeons with every arm.
+            arms = {"none": Arm("none"), **learning_arms(trainer, root)}
+            arms.update({name: Arm(name, manager) for name, manager in stores.items()})
+            records = run_streaming(
+                spec,
+                tasks,
+                args.visits,
+                [arms[name] for name in ARMS],
+                trainer.agent(seed=args.seed, temperature=1.0),
+                seed=args.seed,
+                agent_label=f"{trainer.algorithm}@{trainer.iteration}",
+                progress=not args.quick,
+            )
+            store_texts = {
+                name: [e.text for e in arms[name].manager.experiences()]
+                for name in ("own", "exemplar")
+            }
+        finally:
+            trainer.close()
+    summary = streaming_summary(records)
+    retrieval = {
+        name: sum(shown_own_dungeon(r) for r in records if r["arm"] == name)
+        / max(1, sum(1 for r in records if r["arm"] == name))
+        for name in ARMS
+        if name != "none"
+    }
+    out = {
+        "benchmark": "experience_transfer",
+        "env_id": ENV_ID,
+        "held_out_dungeons": held_out,
+        "visits": args.visits,
+        "config": train_config(args, Path("."), Path("store")),
+        "training_curve": curve,
+        "train_time_s": train_s,
+        "wall_time_s": time.perf_counter() - started,
+        "untrained": streaming_summary(before),
+        "summary": summary,
+        "shown_own_dungeons_lesson": retrieval,
+        "store_texts": store_texts,
+        "episodes": [
+            {
+                k: r.get(k)
+                for k in (
+                    "arm",
+                    "visit",
+                    "task_index",
+                    "task_id",
+                    "reset_seed",
+                    "sampling_seed",
+                    "won",
+                    "steps",
+                    "experiences",
+                )
+            }
+            | {"actions": [t["action"] for t in r["turns"]]}
+            for r in before + records
+        ],
+        "load_average_1min": round(os.getloadavg()[0], 2),
+    }
+    stem = Path(args.out)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
+    plot(summary, stem.with_suffix(".png"), args.visits)
+    for arm, row in summary.items():
+        visits = ", ".join(f"{v}: {row['visits'][v]['success']['mean']:.2f}" for v in row["visits"])
+        diff = row.get("minus_none", {}).get("all")
+        extra = ""
+        if diff:
+            d = diff["difference"]
+            extra = f"  minus none {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] p={diff['mcnemar_p']:.3f}"
+        print(f"{arm:9s} {visits}{extra}")
+    print(f"wrote {stem.with_suffix('.json')} and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""Streaming evaluation: does experience change what the actor does on tasks it revisits?
+
+The protocol of the memory-agent literature (test-time learning). Each held-out task is
+visited ``visits`` times, in order (every task once, then every task again, ...). An arm is a
+source of lessons: none, a store the arm fills online between visits (the extractor distils
+each finished episode, or the winning actions are stored verbatim), or a store the benchmark
+fills once (an oracle lesson, its inversion, a placebo). With no lessons the success curve
+over visits is flat; with lessons that carry information it should rise.
+
+Arms are compared on **common random numbers**: every (task, visit) episode has one reset
+seed and one sampling seed, the same in every arm, and its replies are drawn from its own
+sampling seed (:meth:`~comprl_gym.rollouts.RolloutWorker.run`'s ``sampling_seeds``), so the
+other episodes of its batch never change its draws. Each record carries
+both seeds and the lessons the episode was shown, and :func:`streaming_summary` reports per
+arm and visit the success rate with its Wilson interval and, paired episode by episode with
+a reference arm, the difference (Newcombe's interval) and McNemar's exact p.
+
+Example (scripted agents, a store that learns nothing, so both curves are flat):
+    >>> from comprl_gym.agents import make_agent
+    >>> from comprl_gym.env_factory import EnvSpec
+    >>> spec = EnvSpec.of("comprl/Memory-Fork-v0", {"split": "test"})
+    >>> agent = lambda env, seed: make_agent("random", env, seed=seed)
+    >>> records = run_streaming(spec, tasks=[0, 1], visits=2, arms=[Arm("none")],
+    ...                         agent=agent, progress=False)
+    >>> [(r["arm"], r["visit"], r["task_index"]) for r in records]
+    [('none', 1, 0), ('none', 1, 1), ('none', 2, 0), ('none', 2, 1)]
+    >>> records[0]["sampling_seed"] != records[2]["sampling_seed"]  # a new draw per visit
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from comprl_gym.env_factory import EnvSpec, ExperienceSpec, make_env
+from comprl_gym.evaluation.eval import EpisodeKey, episode_record
+from comprl_gym.evaluation.stats import mcnemar_exact_p, paired_difference_interval, proportion_ci
+from comprl_gym.rollouts import RolloutConfig, RolloutWorker, Trajectory, run_episode
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Arm:
+    """One source of lessons.
+
+    Attributes:
+        name: the arm's label in the records (``none``, ``oracle``, ``own``, ...).
+        manager: the store its episodes read (``None``: no lessons, no experience wrapper).
+        learn: called with every finished episode of the arm, before the next one starts: the
+            store's online learning (``None``: the store stays as it is).
+    """
+
+    name: str
+    manager: Any = None
+    learn: Callable[[Trajectory], None] | None = None
+
+
+def episode_seeds(task: int, visit: int, base: int = 0) -> tuple[int, int]:
+    """The (reset seed, sampling seed) of visit ``visit`` to task ``task``: the reset seed is
+    the task's (every visit plays the same task), the sampling seed a new draw per visit;
+    neither depends on the arm.
+
+    Example:
+        >>> episode_seeds(3, 1), episode_seeds(3, 2)
+        ((3, 1003001), (3, 2003001))
+    """
+    return task, (base * 7919 + visit * 1_000_000 + task * 1000 + 1) % 2**31
+
+
+def run_streaming(
+    spec: EnvSpec,
+    tasks: Sequence[int],
+    visits: int,
+    arms: Sequence[Arm],
+    agent: Any,
+    inject_top_k: int = 1,
+    seed: int = 0,
+    agent_label: str = "",
+    progress: bool = True,
+    parallel: int = 32,
+) -> list[dict[str, Any]]:
+    """Play every arm's visits; one record per episode (:func:`~comprl_gym.evaluation.eval.
+    episode_record`'s, plus ``arm``, ``visit``, ``reset_seed``, ``sampling_seed``).
+
+    ``agent`` is a batched LLM agent (an :class:`~comprl_gym.agents.llm_agent.LLMAgent`:
+    a visit's episodes are played ``parallel`` at once, each drawing from its own sampling
+    seed) or ``agent(env, sampling_seed) -> Agent``, a factory of one agent per episode
+    (played one at a time). ``tasks`` are reset seeds of ``spec``'s env (its held-out split).
+    The arms' envs read their store with ``inject_top_k`` lessons and never report outcomes;
+    an arm's ``learn`` sees a visit's episodes after the visit, in task order.
+    """
+    from tqdm import tqdm
+
+    if visits < 1 or not tasks or not arms:
+        raise ValueError("streaming needs at least one task, one visit and one arm")
+    bar = tqdm(
+        total=len(arms) * visits * len(tasks), desc="streaming", unit="ep", disable=not progress
+    )
+    records: list[dict[str, Any]] = []
+    try:
+        for arm in arms:
+            experience = None
+            if arm.manager is not None:
+                experience = ExperienceSpec(inject_top_k, 0, report_outcomes=False)
+            arm_spec = spec.with_experience(experience)
+            envs = [
+                make_env(arm_spec, manager=arm.manager)
+                for _ in range(max(1, min(parallel, len(tasks))))
+            ]
+            try:
+                for visit in range(1, visits + 1):
+                    bar.set_postfix_str(f"{arm.name} visit {visit}")
+                    pairs = [episode_seeds(task, visit, seed) for task in tasks]
+                    trajectories = _play_visit(envs, agent, pairs, bar)
+                    for task, (reset_seed, sampling_seed), trajectory in zip(
+                        tasks, pairs, trajectories
+                    ):
+                        # The extractor reads with-experience episodes (``distill``'s mode).
+                        trajectory.meta.update(with_experience=arm.manager is not None, group=task)
+                        record = episode_record(
+                            trajectory,
+                            EpisodeKey(spec.env_id, task, sampling_seed, arm.name),
+                            agent_label,
+                            arm.manager,
+                        )
+                        record.update(
+                            arm=arm.name,
+                            visit=visit,
+                            reset_seed=reset_seed,
+                            sampling_seed=sampling_seed,
+                        )
+                        record.setdefault("experiences", [])
+                        records.append(record)
+                    if arm.learn is not None:  # the store learns between visits
+                        for trajectory in trajectories:
+                            if not trajectory.error:
+                                arm.learn(trajectory)
+            finally:
+                for env in envs:
+                    env.close()
+    finally:
+        bar.close()
+    return records
+
+
+def _play_visit(
+    envs: list[Any], agent: Any, pairs: list[tuple[int, int]], bar: Any
+) -> list[Trajectory]:
+    """One visit's episodes, in task order, each on its own (reset seed, sampling seed)."""
+    resets = [reset for reset, _ in pairs]
+    if hasattr(agent, "act_batch"):
+        worker = RolloutWorker(envs, agent=agent, config=RolloutConfig(max_turns=None))
+        done = worker.run(
+            resets, sampling_seeds=[s for _, s in pairs], on_episode=lambda _: bar.update()
+        )
+        return done
+    played = []
+    for reset, sampling in pairs:
+        played.append(run_episode(envs[0], agent(envs[0], sampling), reset))
+        bar.update()
+    return played
+
+
+def _outcomes(records: list[dict[str, Any]], arm: str, visit: int | None) -> dict[tuple, float]:
+    return {
+        (r["task_index"], r["visit"]): float(bool(r["won"]))
+        for r in records
+        if r["arm"] == arm and (visit is None or r["visit"] == visit)
+    }
+
+
+def streaming_summary(records: list[dict[str, Any]], reference: str = "none") -> dict[str, Any]:
+    """Per arm: success at each visit and over all visits (Wilson intervals), and against the
+    ``reference`` arm the paired difference (same task, same visit, same seeds) with
+    Newcombe's interval and McNemar's exact p, per visit and pooled.
+
+    Example:
+        >>> records = [{"arm": arm, "visit": 1, "task_index": t, "won": won}
+        ...            for arm, outcomes in (("none", [0, 0, 1, 0]), ("oracle", [1, 1, 1, 0]))
+        ...            for t, won in enumerate(outcomes)]
+        >>> s = streaming_summary(records)
+        >>> s["oracle"]["visits"]["1"]["success"]["mean"], s["oracle"]["minus_none"]["all"]["difference"]["mean"]
+        (0.75, 0.5)
+    """
+    arms = list(dict.fromkeys(r["arm"] for r in records))
+    visits = sorted({int(r["visit"]) for r in records})
+    summary: dict[str, Any] = {}
+    for arm in arms:
+        row: dict[str, Any] = {"visits": {}}
+        for visit in [*visits, None]:
+            won = list(_outcomes(records, arm, visit).values())
+            label = "all" if visit is None else str(visit)
+            row["visits"][label] = {"success": proportion_ci(won).to_dict(), "episodes": len(won)}
+        if arm != reference and reference in arms:
+            row[f"minus_{reference}"] = {
+                ("all" if visit is None else str(visit)): _paired(records, arm, reference, visit)
+                for visit in [*visits, None]
+            }
+        summary[arm] = row
+    return summary
+
+
+def _paired(records: list[dict[str, Any]], arm: str, reference: str, visit: int | None) -> dict:
+    mine, theirs = _outcomes(records, arm, visit), _outcomes(records, reference, visit)
+    keys = sorted(set(mine) & set(theirs))
+    a, b = [mine[k] for k in keys], [theirs[k] for k in keys]
+    interval = paired_difference_interval(a, b).to_dict()
+    return {
+        "pairs": len(keys),
+        "difference": interval,
+        "mcnemar_p": mcnemar_exact_p(a, b) if keys else None,
+        # The difference this many pairs can resolve: the interval's half-width around it.
+        "resolvable": max(interval["mean"] - interval["low"], interval["high"] - interval["mean"])
+        if keys
+        else None,
+    }

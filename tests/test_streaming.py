@@ -1,0 +1,157 @@
+"""The streaming evaluation measures what a lesson does, on common random numbers.
+
+The agent here is scripted so the truth is known without a model: it walks down the branch
+its lesson names (an oracle, an inverted or an exemplar lesson) and flips a coin seeded by its
+episode's sampling seed when no lesson names a side. So the oracle arm must win every
+episode, the inverted arm none, the arms without information must match the no-lesson arm
+episode for episode (same coin), and the exemplar memory must win every revisit of a dungeon
+it won before.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from comprl_gym.env_factory import EnvSpec  # noqa: E402
+from comprl_gym.envs.memory import inverted_lesson, oracle_lesson, placebo_lesson, pool  # noqa: E402
+from comprl_gym.evaluation.streaming import Arm, run_streaming, streaming_summary  # noqa: E402
+from comprl_gym.experience import ExperienceConfig, ExperienceManager  # noqa: E402
+from comprl_gym.experience.exemplar import exemplar_lesson  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TASKS = list(range(8))
+HELD_OUT = list(pool("test"))[: len(TASKS)]  # reset seed t plays held-out dungeon t
+SPEC = EnvSpec.of("comprl/Memory-Fork-v0", {"split": "test"})
+
+
+class LessonReader:
+    """Goes the side a lesson about its own dungeon names; a seeded coin without one."""
+
+    def __init__(self, seed: int):
+        self.coin = random.Random(seed)
+        self.side = ""
+
+    def reset(self, task, info):
+        dungeon = task.split(",", 1)[0].removeprefix("You are in ")
+        about_mine = [e["text"] for e in info.get("experiences") or [] if dungeon in e["text"]]
+        named = re.findall(r"\b(east|west)\b", " ".join(about_mine[:1]))
+        self.side = named[0] if named else self.coin.choice(["east", "west"])
+
+    def act(self, observation, info):
+        return self.side
+
+
+def _store(tmp_path, name, lessons=()):
+    manager = ExperienceManager(str(tmp_path / name), config=ExperienceConfig(diversify=False))
+    if lessons:
+        manager.add(list(lessons), env_family="memory")
+    return manager
+
+
+@pytest.fixture
+def records(tmp_path):
+    fixed = {
+        name: _store(tmp_path, name, [make(i) for i in HELD_OUT])
+        for name, make in (
+            ("oracle", oracle_lesson),
+            ("inverted", inverted_lesson),
+            ("placebo", placebo_lesson),
+        )
+    }
+    memory = _store(tmp_path, "exemplar")
+
+    def remember(episode):
+        lesson = exemplar_lesson(episode.task, [t.action for t in episode.turns], episode.won)
+        if lesson:
+            memory.add([lesson], env_family="memory")
+
+    arms = [
+        Arm("none"),
+        Arm("exemplar", memory, remember),
+        *(Arm(name, manager) for name, manager in fixed.items()),
+    ]
+    try:
+        yield run_streaming(
+            SPEC, TASKS, 2, arms, lambda env, seed: LessonReader(seed), progress=False
+        )
+    finally:
+        for manager in [memory, *fixed.values()]:
+            manager.close()
+
+
+def _by(records, arm):
+    return {(r["task_index"], r["visit"]): r for r in records if r["arm"] == arm}
+
+
+def test_every_arm_plays_each_episode_on_the_same_seeds(records):
+    arms = {r["arm"] for r in records}
+    none = _by(records, "none")
+    assert len(none) == len(TASKS) * 2
+    for arm in arms:
+        mine = _by(records, arm)
+        assert set(mine) == set(none)
+        for key, record in mine.items():
+            assert (record["reset_seed"], record["sampling_seed"]) == (
+                none[key]["reset_seed"],
+                none[key]["sampling_seed"],
+            )
+    # A new sampling draw per visit, the same task.
+    assert none[(0, 1)]["sampling_seed"] != none[(0, 2)]["sampling_seed"]
+    assert none[(0, 1)]["task_id"] == none[(0, 2)]["task_id"]
+
+
+def test_each_record_holds_the_lessons_its_episode_was_shown(records):
+    for key, record in _by(records, "oracle").items():
+        assert [e["content"] for e in record["experiences"]] == [
+            oracle_lesson(record["task_id"])
+        ], key
+    assert all(r["experiences"] == [] for r in records if r["arm"] == "none")
+
+
+def test_lessons_change_outcomes_as_their_information_says(records):
+    summary = streaming_summary(records)
+    assert summary["oracle"]["visits"]["all"]["success"]["mean"] == 1.0
+    assert summary["inverted"]["visits"]["all"]["success"]["mean"] == 0.0
+    none, placebo = _by(records, "none"), _by(records, "placebo")
+    # The placebo names no side: the same coin as no lesson, episode for episode.
+    assert {k: r["won"] for k, r in placebo.items()} == {k: r["won"] for k, r in none.items()}
+    exemplar = _by(records, "exemplar")
+    for task in TASKS:
+        # Visit 1: nothing about this dungeon is remembered yet: the no-lesson arm's coin.
+        assert exemplar[(task, 1)]["won"] == none[(task, 1)]["won"]
+        if exemplar[(task, 1)]["won"]:  # a remembered win is repeated
+            assert exemplar[(task, 2)]["won"]
+    oracle_minus_none = summary["oracle"]["minus_none"]["all"]
+    assert oracle_minus_none["pairs"] == len(TASKS) * 2
+    wins = sum(r["won"] for r in none.values())
+    assert oracle_minus_none["difference"]["mean"] == pytest.approx(1 - wins / len(none))
+
+
+def test_an_episodes_replies_come_from_its_own_seed_whatever_shares_its_batch():
+    """Batched LLM play with per-episode sampling seeds: an episode replays exactly alone or
+    beside others (the common random numbers the arms are compared on)."""
+    import gymnasium as gym
+
+    from comprl_gym.agents.llm_agent import agent_from_spec
+    from comprl_gym.rollouts import RolloutConfig, RolloutWorker
+
+    def play(reset_seeds, sampling_seeds):
+        envs = [gym.make("comprl/Memory-Fork-v0", split="test") for _ in reset_seeds]
+        agent = agent_from_spec("hf:tiny?temperature=1&max_tokens=6", envs[0], seed=0)
+        worker = RolloutWorker(envs, agent=agent, config=RolloutConfig(max_turns=None))
+        done = worker.run(reset_seeds, sampling_seeds=sampling_seeds)
+        for env in envs:
+            env.close()
+        return [[t.completion_token_ids for t in e.turns] for e in done]
+
+    together = play([0, 1, 2, 3], [101, 102, 103, 104])
+    alone = play([2], [103])
+    assert together[2] == alone[0]
+    assert len({str(tokens) for tokens in together}) > 1  # different seeds, different draws
