@@ -48,12 +48,18 @@ class ExperienceSpec:
             never does, so measuring a store does not change it.
         in_observation: also write the injected experiences above the first observation
             (an LLM agent that puts ``info["experiences"]`` in its system prompt turns it off).
+        sample_from: retrieve this many candidates and show ``inject_top_k`` of them drawn at
+            random per episode (0: the top ``inject_top_k``).
+        sample_salt: mixed into that draw with the reset seed (the trainer gives each env of a
+            group its slot, so the group's episodes see different lessons).
     """
 
     inject_top_k: int = 3
     search_budget: int = 2
     report_outcomes: bool = True
     in_observation: bool = True
+    sample_from: int = 0
+    sample_salt: int = 0
 
     @property
     def retrieves(self) -> bool:
@@ -139,4 +145,6 @@ def make_env(
         refiner=refiner,
         report_outcomes=settings.report_outcomes,
         experiences_in_observation=settings.in_observation,
+        sample_from=settings.sample_from,
+        sample_salt=settings.sample_salt,
     )

@@ -3,7 +3,9 @@
 A refactor of ``comprl_gym/trainers`` must not change what a trainer computes. Run
 ``--record`` before the change and ``--compare`` after it: every metric that does not measure
 time, a hash of the final actor and extractor weights and the store's texts must be identical
-(tiny model, in-line extraction, no diversification: bit-exact on one machine).
+(tiny model, in-line extraction, no diversification: bit-exact on one machine). Metrics
+added after the recording are not compared; options added after it are set to what the
+recorded code did.
 
     python scripts/trainer_equivalence.py --record benchmarks/results/trainer_equivalence.json
     python scripts/trainer_equivalence.py --compare benchmarks/results/trainer_equivalence.json
@@ -48,6 +50,8 @@ def config(output_dir: str, algorithm: str) -> dict:
             "min_uses": 1,
             "min_quality": 0.0,
             "extractor_batch_size": 2,
+            # as recorded: later credit options off (rejected answers were not trained on)
+            "train_on_rejected": False,
             "train_cooldown_steps": 0,
             "merge_interval_steps": 2,
             "async_extraction": False,
@@ -104,7 +108,14 @@ def main() -> int:
     recorded = json.loads(Path(args.compare).read_text())
     failures = 0
     for algorithm, result in results.items():
-        same = recorded.get(algorithm) == json.loads(json.dumps(result))
+        result = json.loads(json.dumps(result))
+        old_rows = recorded.get(algorithm, {}).get("metrics", [])
+        # A metric added since the recording has nothing to compare with.
+        result["metrics"] = [
+            {k: v for k, v in row.items() if k in old}
+            for row, old in zip(result.get("metrics", []), old_rows)
+        ] + result.get("metrics", [])[len(old_rows) :]
+        same = recorded.get(algorithm) == result
         failures += not same
         print(f"{algorithm}: {'identical' if same else 'DIFFERENT'}")
         if not same:

@@ -355,13 +355,19 @@ class Trainer:
             for _ in range(cfg.groups_per_iteration)
         ]
 
-    def env_spec(self, env_id: str, with_experience: bool, evaluation: bool = False) -> EnvSpec:
+    def env_spec(
+        self, env_id: str, with_experience: bool, evaluation: bool = False, slot: int = 0
+    ) -> EnvSpec:
         """The spec of a training or evaluation env: the run's step limit and ``env_kwargs``
         (or its env server), wrapped with experience for the with-experience half.
 
-        Evaluation envs read the store but never report outcomes, so measuring the store does
-        not change it (reference: validation env managers run with ``mode="val"``). Training
-        envs retrieve nothing during warm-up (``experience.warmup_iterations``).
+        No env reports outcomes to the store: the trainer credits the lessons each training
+        episode read (``ExperienceExtractor.credit_uses``), and evaluation never does, so
+        measuring the store does not change it (reference: validation env managers run with
+        ``mode="val"``). Training envs retrieve nothing during warm-up
+        (``experience.warmup_iterations``) and draw their lessons from
+        ``experience.inject_sample_from`` candidates (salted by ``slot``); evaluation envs show
+        the top ``inject_top_k``.
         """
         cfg = self.config
         kwargs = {} if cfg.env_url else {"max_steps": cfg.max_episode_steps}
@@ -369,12 +375,15 @@ class Trainer:
         experience = None
         if with_experience:
             retrieval = self._retrieval or evaluation
+            settings = cfg.experience
             experience = ExperienceSpec(
-                inject_top_k=cfg.experience.inject_top_k if retrieval else 0,
-                search_budget=cfg.experience.search_and_ask_budget if retrieval else 0,
-                report_outcomes=not evaluation,
+                inject_top_k=settings.inject_top_k if retrieval else 0,
+                search_budget=settings.search_and_ask_budget if retrieval else 0,
+                report_outcomes=False,
                 # The LLMAgent puts info["experiences"] in its system prompt: show them once.
                 in_observation=False,
+                sample_from=0 if evaluation or not retrieval else settings.inject_sample_from,
+                sample_salt=0 if evaluation else slot,
             )
         return EnvSpec.of(env_id, kwargs, url=cfg.env_url, experience=experience)
 
@@ -383,7 +392,7 @@ class Trainer:
     ) -> Any:
         """A cached env per (spec, slot): envs are reused across iterations. On Ray, the spec
         itself: :meth:`play_jobs` places it on an env worker, which builds and keeps it."""
-        spec = self.env_spec(env_id, with_experience, evaluation)
+        spec = self.env_spec(env_id, with_experience, evaluation, slot)
         if self.env_pool is not None:
             if spec.env_id not in gym.registry:  # fail here, not inside a remote worker
                 raise ConfigurationError(f"unknown env id {env_id!r}; `comprl-gym envs` lists them")
@@ -419,9 +428,16 @@ class Trainer:
         Seeding per batch rather than per agent lifetime makes a resumed run sample exactly what
         the uninterrupted run sampled.
         """
-        settings = self.config.actor
         seed = (self.config.seed * 100_003 + self.iteration * 1_009 + self._play_calls) % 2**31
         self._play_calls += 1
+        return self.agent(seed, temperature)
+
+    def agent(self, seed: int | None, temperature: float | None = None) -> LLMAgent:
+        """The actor as an agent: its rollout engine (current weights), prompts and sampling
+        settings (``temperature`` overrides the rollout temperature), sampling with ``seed``.
+        One agent per episode with the episode's seed gives common random numbers across
+        arms (:mod:`comprl_gym.evaluation.streaming`)."""
+        settings = self.config.actor
         critic = None
         if self.uses_experience and self.config.experience.actor_critique:
             critic = ExperienceCritic(

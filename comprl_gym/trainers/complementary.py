@@ -19,12 +19,16 @@ CISPO on whether its lessons helped the actor win) co-evolve. One iteration,
    (PPO clipped surrogate by default) on the actor's own tokens, then the weight push to the
    rollout engine.
 6. **Experience** (:meth:`~ComplementaryRLTrainer.experience_job`, in the background):
-   a. distillation: the extractor writes lessons from the with-experience episodes;
-   b. credit: each finished episode already reported +1/-1 to the lessons it was shown; the
-      extractor's ``search_and_ask`` answers and the actor's critiques are credited too;
+   a. credit: each lesson gets the outcome (+1/-1) of every episode that read it (only the
+      lessons in its prompt: ``Trajectory.shown_experience_ids``); the extractor's
+      ``search_and_ask`` answers and the actor's critiques are credited too;
+   b. distillation: the extractor writes lessons from the with-experience episodes;
    c. extractor update: one CISPO step (:meth:`~ComplementaryRLTrainer.extractor_loss`) on
       generations whose lessons have a reward ``r(m)`` (the mean outcome of the episodes that
-      used them), advantage ``r - mean(r)`` over the batch, times the training-count weight;
+      used them), advantage ``r - mean(r)`` over the batch (``experience.extractor_baseline:
+      paired``: each use's outcome minus its group's without-experience episodes instead),
+      times the training-count weight; answers that wrote nothing train as failures
+      (``experience.train_on_rejected``);
    d. merging: every ``merge_interval_steps`` actor steps the extractor merges the store.
 
 The ablations are this loop with parts switched off, one class flag each:
@@ -209,16 +213,18 @@ class ComplementaryRLTrainer(Trainer):
 
     # ------------------------------------------------------------------ step 6: experience
     def experience_job(self, job: dict[str, Any]) -> None:
-        """Distillation, credit, the extractor's update and merging for one iteration's
+        """Credit, distillation, the extractor's update and merging for one iteration's
         episodes (in the background worker; in line with ``async_extraction: false``)."""
         assert self.extractor is not None
         episodes: list[Trajectory] = job["episodes"]
         step = job["step"]
-        # a. distillation
-        self.extractor.distill(episodes, step)
-        # b. credit beyond the store's +1/-1 tallies
+        # a. credit: each lesson's uses (the episodes that read it, won or lost), then the
+        # extractor's search_and_ask answers and the actor's critiques
+        self.extractor.credit_uses(episodes)
         self.extractor.credit_refinements(episodes, step)
         self.extractor.credit_critiques(episodes)
+        # b. distillation
+        self.extractor.distill(episodes, step)
         # c. extractor update; warm-up only fills the store (reference: buffer collection and
         # training wait for ``_warmup_complete``)
         if self.trains_extractor and not job.get("warmup", False):

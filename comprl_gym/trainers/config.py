@@ -115,6 +115,11 @@ class ExperienceSettings(ExperienceConfig):
 
     #: Experiences injected into the prompt at reset (0: none, the actor must ask).
     inject_top_k: int = 2
+    #: Training episodes retrieve this many candidates and are shown ``inject_top_k`` of them
+    #: drawn at random per episode (0: every episode the top ``inject_top_k``). The K/2
+    #: with-experience episodes of a group send one query; with a draw they read different
+    #: lessons, so each lesson's outcome is measured apart (evaluation always shows the top).
+    inject_sample_from: int = 0
     #: ``search_and_ask[...]`` calls allowed per episode (answered by the extractor).
     search_and_ask_budget: int = 2
     #: Folder of the experience store; empty means ``<output_dir>/experience``.
@@ -126,9 +131,16 @@ class ExperienceSettings(ExperienceConfig):
     #: Trajectories the extractor reads per task group in ``distill: group`` mode.
     experiences_per_group: int = 1
     #: What the extractor writes: ``operations`` (the reference: add / update / return as JSON
-    #: in ``<answer>``, memories as ``<title>..</title><content>..</content>``) or ``plain``
-    #: (one sentence of advice, for tiny models).
-    extractor_format: Literal["operations", "plain"] = "operations"
+    #: in ``<answer>``, memories as ``<title>..</title><content>..</content>``), ``plain``
+    #: (one sentence of advice, for tiny models) or ``exemplar`` (no LLM: a won episode's task
+    #: and actions stored verbatim, the case-based baseline; nothing to train).
+    extractor_format: Literal["operations", "plain", "exemplar"] = "operations"
+    #: The baseline of the extractor's advantage: ``batch`` (the reference: ``r(m)`` is the
+    #: mean +1/-1 outcome of the episodes that read m, and the advantage ``r - mean(r)`` over
+    #: the extractor batch) or ``paired`` (each use's +1/-1 outcome minus the mean outcome of
+    #: the same task group's without-experience episodes, averaged over m's uses: what m added
+    #: over playing the same task without it; the advantage is that r itself).
+    extractor_baseline: Literal["batch", "paired"] = "batch"
     #: Longest interaction text shown to the extractor (characters; the goal and the last
     #: messages are kept, the middle is folded into one line).
     extractor_transcript_chars: int = 6000
@@ -145,8 +157,14 @@ class ExperienceSettings(ExperienceConfig):
     #: samples: the reference's ``seq-mean-token-mean``) or ``token`` (over all tokens).
     cispo_normalization: Literal["sequence", "token"] = "sequence"
     #: Extractor generations per CISPO update; the advantage baseline is this batch's mean r
-    #: (reference 64; a batch of one has advantage 0 and trains nothing).
-    extractor_batch_size: int = 4
+    #: (reference 64; a batch of one has advantage 0 and trains nothing, and a small batch
+    #: often holds equal rewards only: at least 8).
+    extractor_batch_size: int = 8
+    #: Train on extractor answers that wrote nothing because they were malformed or failed
+    #: the ``min_quality`` gate, as samples with the reward of a failed use (-1). The
+    #: reference drops them; a small extractor writes mostly such answers, and without them
+    #: its batches hold few samples and little signal.
+    train_on_rejected: bool = True
     #: An experience needs this many actor trajectories that used it before it is rewarded.
     min_uses: int = 1
     #: Drop an extractor generation from training after it was trained on this many times.

@@ -2,7 +2,7 @@
 
 The extractor is a second LLM with its own weights (the reference's "memory model"). It follows
 the Complementary RL reference code (github pUmpKin-Co/ComplementaryRL, ``roll/pipeline/
-agentic/``; see ``/work/helpers/REFERENCE_12.md`` for the line-by-line study):
+agentic/``; the file names below point into it):
 
 * **What is distilled** (``experience.distill``): by default every trajectory played with
   experience, one extraction each, never the without-experience half (reference
@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from comprl_gym.experience import prompts
+from comprl_gym.experience.exemplar import exemplar_lesson
 from comprl_gym.experience.operations import ExtractorOutputError, parse_extractor_output
 from comprl_gym.experience.quality import lesson_quality
 from comprl_gym.experience.records import Provenance
@@ -76,9 +77,12 @@ from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
 logger = logging.getLogger(__name__)
 
-OutputFormat = Literal["plain", "operations"]
-#: Where an extractor sample came from.
-SampleKind = Literal["extract", "refine", "merge"]
+OutputFormat = Literal["plain", "operations", "exemplar"]
+#: Where an extractor sample came from (``rejected``: an answer that wrote nothing because it
+#: was malformed or failed the quality gate, trained on as a failure).
+SampleKind = Literal["extract", "refine", "merge", "rejected"]
+#: The fixed reward of a rejected answer: a failed use's outcome.
+REJECTED_REWARD = -1.0
 #: Refinements not matched to a finished trajectory after this many crediting rounds are
 #: forgotten (e.g. answers given during evaluation, which trains nothing).
 REFINEMENT_ROUNDS = 2
@@ -146,6 +150,9 @@ class ExtractorGeneration:
     written_ids: list[int]
     actor_step: int
     times_trained: int = 0
+    #: Batches it was in that took no step (no signal): it goes behind fresher samples, and
+    #: after ``max_train_count`` such batches it is forgotten.
+    times_skipped: int = 0
     kind: str = "extract"
     baseline: tuple[int, int] = (0, 0)
     reward: float | None = None
@@ -249,6 +256,8 @@ class ExperienceExtractor:
         self.generations = 0
         self.counts = ExtractorCounts()
         self._merge_calls: list[Any] = []
+        #: Per lesson id: (sum, count) of its uses' paired outcomes (:meth:`credit_uses`).
+        self.paired_credit: dict[int, tuple[float, int]] = {}
 
     @property
     def failed_writes(self) -> int:
@@ -299,13 +308,7 @@ class ExperienceExtractor:
     def shown_experiences(self, episode: Trajectory) -> list[Any]:
         """The lessons the episode was shown that are still in the store (reference: the
         first turn's retrieved uids, ``last_turn_uids``), in the order shown."""
-        ids = [int(i) for i in dict.fromkeys(episode.experience_ids)]
-        critique = episode.critique
-        if critique is not None and critique.get("score") is None:
-            # An unreadable critique drops the memory uids too (reference hook_on_episode_start).
-            dropped = {int(i) for i in critique.get("ids", [])}
-            ids = [i for i in ids if i not in dropped]
-        return [e for e in self.manager.get(ids) if e.status == "active"]
+        return [e for e in self.manager.get(episode.shown_experience_ids) if e.status == "active"]
 
     def write(self, episode: Trajectory, actor_step: int) -> list[int]:
         """Read ``episode``, write experiences through the manager; return the ids written."""
@@ -317,14 +320,26 @@ class ExperienceExtractor:
             policy_version=f"extractor-update-{self.updates}",
             env_family=episode.env_family,
         )
+        if self.output_format == "exemplar":
+            # No model: a won episode's task and actions, verbatim (no sample to train on).
+            lesson = exemplar_lesson(episode.task, [t.action for t in episode.turns], episode.won)
+            if lesson is None:
+                self.counts.declined += 1
+                return []
+            ids = self.manager.add(
+                [{"title": f"{episode.env_family}: won", "description": "", "content": lesson}],
+                provenance,
+            )
+            self.counts.written += len(ids)
+            return [int(i) for i in ids]
         if self.output_format == "plain":
             generation = self.generate_chat(plain_extractor_messages(episode))
             lesson = plain_lesson(generation.text)
             if lesson is None:
                 self.counts.malformed += 1
-                return []
+                return self._reject(generation, actor_step)
             if not self._good_enough(lesson, episode.env_family):
-                return []
+                return self._reject(generation, actor_step)
             title = f"{episode.env_family}: {episode.task[:80]}"
             ids = self.manager.add(
                 [{"title": title, "description": "", "content": lesson}], provenance
@@ -339,19 +354,23 @@ class ExperienceExtractor:
                     generation.text, len(shown), self.settings.max_text_chars
                 )
             except ExtractorOutputError as exc:
-                # The reference skips the whole generation: nothing written, never trained.
+                # The reference skips the whole generation: nothing written, never trained
+                # (here a failure sample with ``train_on_rejected``).
                 logger.info("extractor answer ignored: %s", exc)
                 self.counts.malformed += 1
-                return []
+                return self._reject(generation, actor_step)
             if not operations:
                 self.counts.declined += 1
                 return []
-            operations = [
+            passed = [
                 op
                 for op in operations
                 if op.text is None
                 or self._good_enough(f"{op.text.title}. {op.text.content}", episode.env_family)
             ]
+            if not passed:  # every lesson it wrote failed the quality gate
+                return self._reject(generation, actor_step)
+            operations = passed
             result = self.manager.apply_operations(operations, [e.id for e in shown], provenance)
             ids = list(result.written_ids) if result.ok else []
             if not result.ok:
@@ -360,6 +379,15 @@ class ExperienceExtractor:
         if ids:
             self._keep(generation, "extract", ids, actor_step)
         return [int(i) for i in ids]
+
+    def _reject(self, generation: Any, actor_step: int) -> list[int]:
+        """An answer that wrote nothing (malformed, or every lesson below ``min_quality``):
+        with ``experience.train_on_rejected`` a sample with the reward of a failed use
+        (:data:`REJECTED_REWARD`), so the extractor learns what not to write; the reference
+        drops it. Returns the ids written: none."""
+        if self.settings.train_on_rejected:
+            self._keep(generation, "rejected", [], actor_step, reward=REJECTED_REWARD)
+        return []
 
     def distill(self, episodes: list[Trajectory], actor_step: int) -> list[int]:
         """Write experiences from one iteration's finished episodes (``experience.distill``).
@@ -382,6 +410,54 @@ class ExperienceExtractor:
             for episode in ordered[: max(1, self.settings.experiences_per_group)]:
                 written += self.write(episode, actor_step)
         return written
+
+    # ------------------------------------------------------------------ uses
+    def credit_uses(self, episodes: list[Trajectory]) -> int:
+        """Record each lesson's uses in one iteration's episodes: every with-experience episode
+        (not cut short) used the lessons it read (:attr:`~comprl_gym.rollouts.Trajectory.
+        shown_experience_ids`), won or lost. The store's uses/wins tallies get them (the
+        reference rule reads those); for ``extractor_baseline: paired`` each use's outcome
+        (+1/-1) minus the mean outcome of its task group's without-experience episodes is
+        added to :attr:`paired_credit`. Returns the uses recorded."""
+        by_group: dict[int, list[float]] = {}
+        for episode in episodes:
+            if not episode.with_experience and not episode.error:
+                by_group.setdefault(episode.group, []).append(1.0 if episode.won else -1.0)
+        uses = 0
+        for episode in episodes:
+            ids = episode.shown_experience_ids
+            if not episode.with_experience or episode.error or not ids:
+                continue
+            self.manager.report_outcome(ids, won=episode.won)
+            without = by_group.get(episode.group)
+            paired = (1.0 if episode.won else -1.0) - (
+                sum(without) / len(without) if without else 0.0
+            )
+            for lesson in ids:
+                total, count = self.paired_credit.get(lesson, (0.0, 0))
+                self.paired_credit[lesson] = (total + paired, count + 1)
+            uses += len(ids)
+        return uses
+
+    def paired_reward(self, written_ids: Iterable[int]) -> float | None:
+        """``r`` under ``extractor_baseline: paired``: the mean paired outcome over the uses of
+        the lessons a generation wrote (``None`` below ``min_uses`` uses).
+
+        Example (a use won while the group's without-half won 1 of 2: 1 - 0 = 1; a use lost
+        while it lost both: -1 - (-1) = 0):
+            >>> extractor = ExperienceExtractor.__new__(ExperienceExtractor)
+            >>> extractor.settings = ExperienceSettings(min_uses=1)
+            >>> extractor.paired_credit = {3: (1.0, 1), 4: (0.0, 1)}
+            >>> extractor.paired_reward([3, 4]), extractor.paired_reward([5]) is None
+            (0.5, True)
+        """
+        total = count = 0.0
+        for lesson in written_ids:
+            t, c = self.paired_credit.get(int(lesson), (0.0, 0))
+            total, count = total + t, count + c
+        if count < max(1, self.settings.min_uses):
+            return None
+        return total / count
 
     # ------------------------------------------------------------------ refinements
     def refine(
@@ -498,35 +574,51 @@ class ExperienceExtractor:
 
     # ------------------------------------------------------------------ rewards and training
     def _max_train_count(self, generation: ExtractorGeneration) -> int:
-        # A refinement's reward never changes: training on it again would only repeat it.
-        return 1 if generation.kind == "refine" else self.settings.max_train_count
+        # A refinement's or a rejection's reward never changes: training on it again would
+        # only repeat it.
+        fixed = generation.kind in ("refine", "rejected")
+        return 1 if fixed else self.settings.max_train_count
+
+    def _trainable_again(self, generation: ExtractorGeneration) -> bool:
+        limit = self._max_train_count(generation)
+        return generation.times_trained < limit and generation.times_skipped < limit
+
+    def reward_of(self, generation: ExtractorGeneration) -> float | None:
+        """``r`` of a generation under ``extractor_baseline`` (``None``: not enough uses yet).
+        A refinement's and a rejection's reward is fixed when they are made."""
+        if generation.kind in ("refine", "rejected"):
+            return generation.reward
+        if self.settings.extractor_baseline == "paired":
+            return self.paired_reward(generation.written_ids)
+        return generation_reward(
+            self.manager,
+            generation.written_ids,
+            self.settings.min_uses,
+            tuple(generation.baseline),  # type: ignore[arg-type]
+            generation.critic_adjustment,
+        )
 
     def ready_samples(self, actor_step: int) -> list[tuple[ExtractorGeneration, TrainSample]]:
         """The next extractor batch: generations with a reward and a positive training weight,
         least trained and oldest first, at most ``extractor_batch_size``; advantages
         ``r - mean(r over the batch)``, weights from the manager's one policy."""
-        candidates = [g for g in self.pending if g.times_trained < self._max_train_count(g)]
+        candidates = [g for g in self.pending if self._trainable_again(g)]
         weights = self.manager.sample_weights([g.written_ids for g in candidates], actor_step)
         scored = []
         for generation, weight in zip(candidates, weights):
             if weight <= 0:
                 continue
-            reward = (
-                generation.reward
-                if generation.kind == "refine"
-                else generation_reward(
-                    self.manager,
-                    generation.written_ids,
-                    self.settings.min_uses,
-                    tuple(generation.baseline),  # type: ignore[arg-type]
-                    generation.critic_adjustment,
-                )
-            )
+            reward = self.reward_of(generation)
             if reward is not None:
                 scored.append((generation, reward, weight))
-        scored.sort(key=lambda item: (item[0].times_trained, item[0].actor_step))
+        scored.sort(
+            key=lambda item: (item[0].times_trained + item[0].times_skipped, item[0].actor_step)
+        )
         batch = scored[: self.settings.extractor_batch_size]
-        advantages = batch_advantages([reward for _, reward, _ in batch])
+        rewards = [reward for _, reward, _ in batch]
+        # paired: r is already a difference against the episodes played without the lesson.
+        paired = self.settings.extractor_baseline == "paired"
+        advantages = rewards if paired else batch_advantages(rewards)
         return [
             (
                 generation,
@@ -555,18 +647,24 @@ class ExperienceExtractor:
             stepped = stats["samples"] > 0 and self.optimizer.trainable
             self.updates += int(stepped)
             for generation, _ in ready:
-                generation.times_trained += 1
-            ids = sorted({m for g, _ in ready for m in g.written_ids})
-            if ids:
-                self.manager.mark_trained(ids, actor_step)
-            if self.on_weights_changed is not None and stepped:
-                self.on_weights_changed()
+                # Only a step uses a sample up: a batch that moved no weight (every advantage
+                # 0, or a frozen extractor) leaves its samples untrained, behind fresher ones.
+                if stepped:
+                    generation.times_trained += 1
+                else:
+                    generation.times_skipped += 1
+            if stepped:
+                ids = sorted({m for g, _ in ready for m in g.written_ids})
+                if ids:
+                    self.manager.mark_trained(ids, actor_step)
+                if self.on_weights_changed is not None:
+                    self.on_weights_changed()
         # Generations that can never be trained again are forgotten.
-        self.pending = [g for g in self.pending if g.times_trained < self._max_train_count(g)]
+        self.pending = [g for g in self.pending if self._trainable_again(g)]
         rewards = [s.meta["reward"] for _, s in ready]
         stats["reward_mean"] = sum(rewards) / len(rewards)
         stats["batch"] = len(ready)
-        for kind in ("extract", "refine", "merge"):
+        for kind in ("extract", "refine", "merge", "rejected"):
             stats[f"samples_{kind}"] = sum(s.meta["kind"] == kind for _, s in ready)
         return stats
 
@@ -578,6 +676,7 @@ class ExperienceExtractor:
             "updates": self.updates,
             "generations": self.generations,
             "counts": self.counts.to_dict(),
+            "paired_credit": {str(k): list(v) for k, v in self.paired_credit.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -586,3 +685,6 @@ class ExperienceExtractor:
         self.updates = int(state["updates"])
         self.generations = int(state["generations"])
         self.counts = ExtractorCounts(**state.get("counts", {}))
+        self.paired_credit = {
+            int(k): (float(v[0]), int(v[1])) for k, v in state.get("paired_credit", {}).items()
+        }

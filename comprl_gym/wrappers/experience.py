@@ -81,9 +81,18 @@ class ExperienceAugmentedEnv(gym.Wrapper):
         action_name: str = protocol.ACTION_NAME,
         query_fn: Callable[[str, dict[str, Any]], str] | None = None,
         experiences_in_observation: bool = True,
+        sample_from: int = 0,
+        sample_salt: int = 0,
     ):
         self.injection = ExperienceInjection(
-            env, manager, inject_top_k, same_family_only, query_fn, experiences_in_observation
+            env,
+            manager,
+            inject_top_k,
+            same_family_only,
+            query_fn,
+            experiences_in_observation,
+            sample_from,
+            sample_salt,
         )
         self.search = SearchAndAskAction(
             self.injection,

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -60,11 +61,24 @@ class ExperienceInjection(gym.Wrapper):
         same_family_only: bool = True,
         query_fn: Callable[[str, dict[str, Any]], str] | None = None,
         experiences_in_observation: bool = True,
+        sample_from: int = 0,
+        sample_salt: int = 0,
     ):
         super().__init__(env)
         self.experiences_in_observation = experiences_in_observation
         if top_k < 0:
             raise ConfigurationError(f"top_k must be >= 0, got {top_k}")
+        if sample_from and sample_from < top_k:
+            raise ConfigurationError(
+                f"sample_from ({sample_from}) must be 0 (off) or at least top_k ({top_k})"
+            )
+        #: Retrieve this many candidates and show ``top_k`` of them drawn at random (0: the
+        #: top ``top_k``): the episodes of one task group, which send the same query, then see
+        #: different lessons, so each lesson's outcome is measured apart from the others'.
+        self.sample_from = sample_from
+        #: Mixed into each reset's draw with the reset seed: envs of one group (the trainer
+        #: gives each its slot) draw differently, and a replay draws the same.
+        self.sample_salt = sample_salt
         self.manager = manager
         self.top_k = top_k
         self.same_family_only = same_family_only
@@ -84,7 +98,12 @@ class ExperienceInjection(gym.Wrapper):
         self.injected = []
         if self.top_k > 0:
             family = info.get("env_family") if self.same_family_only else None
-            hits = self.manager.retrieve(self.query_fn(observation, info), self.top_k, family)
+            k = max(self.top_k, self.sample_from)
+            hits = self.manager.retrieve(self.query_fn(observation, info), k, family)
+            if len(hits) > self.top_k:
+                draw = random.Random(f"{seed}/{self.sample_salt}")
+                keep = sorted(draw.sample(range(len(hits)), self.top_k))
+                hits = [hits[i] for i in keep]  # in rank order
             if hits:
                 # Stored text was written by a model: keep the contract's printable text.
                 self.injected = [

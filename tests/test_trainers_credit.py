@@ -1,0 +1,195 @@
+"""Credit the extractor can learn from: who used a lesson, what it earned, when it is used up.
+
+The reward tables are worked by hand below; the episodes are Trajectory records (credit reads
+only who was in which group and half, what each read and whether it won), the store is the
+real one, and the draw of lessons per episode goes through the real wrappers and retrieval.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from conftest import ScriptedBackend
+
+import comprl_gym  # noqa: F401
+from comprl_gym.experience import ExperienceConfig, ExperienceManager, default_embedder
+from comprl_gym.rollouts import Trajectory
+from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
+from comprl_gym.trainers.extractor import (
+    REJECTED_REWARD,
+    ExperienceExtractor,
+    ExtractorGeneration,
+)
+from comprl_gym.trainers.losses import CISPO
+from comprl_gym.trainers.policy import PolicyOptimizer
+from comprl_gym.wrappers import ExperienceAugmentedEnv
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return default_embedder()
+
+
+@pytest.fixture
+def store(tmp_path, embedder):
+    manager = ExperienceManager(
+        tmp_path / "store", config=ExperienceConfig(diversify=False), embedder=embedder
+    )
+    yield manager
+    manager.close()
+
+
+def episode(group, with_experience, won, shown=(), critique=None, error=None):
+    return Trajectory(
+        "comprl/Memory-Fork-v0",
+        f"g{group}",
+        "memory",
+        "0",
+        "a task",
+        0,
+        won=won,
+        experience_ids=list(shown),
+        critique=critique,
+        error=error,
+        meta={"group": group, "with_experience": with_experience},
+    )
+
+
+def generation(ids, step=1):
+    return ExtractorGeneration([1, 2], [3, 4], None, list(ids), step)
+
+
+def settings(**overrides):
+    return ExperienceSettings(min_uses=1, train_cooldown_steps=0, diversify=False, **overrides)
+
+
+def test_the_reference_and_the_paired_rule_on_a_hand_worked_table(tmp_path, embedder):
+    rules = {}
+    for rule in ("batch", "paired"):
+        store = ExperienceManager(tmp_path / rule, embedder=embedder)
+        a, b = store.add(["lesson A about the west branch", "lesson B about the east branch"])
+        episodes = [
+            # group 0: with-half read A (won), A and B (lost); without-half won 1 of 2 (mean 0)
+            episode(0, True, True, [a]),
+            episode(0, True, False, [a, b]),
+            episode(0, False, True),
+            episode(0, False, False),
+            # group 1: with-half read B twice and won both; without-half lost both (mean -1)
+            episode(1, True, True, [b]),
+            episode(1, True, True, [b]),
+            episode(1, False, False),
+            episode(1, False, False),
+        ]
+        extractor = ExperienceExtractor(None, None, store, settings(extractor_baseline=rule))
+        assert extractor.credit_uses(episodes) == 5  # A twice, B three times
+        extractor.pending = [generation([a]), generation([b]), generation([a, b])]
+        rules[rule] = extractor.ready_samples(actor_step=5)
+        store.close()
+    # Reference: r = (2 wins - uses) / uses over the uses of what a generation wrote.
+    # A: uses 2, wins 1 -> 0. B: uses 3, wins 2 -> 1/3. A+B: uses 5, wins 3 -> 1/5.
+    batch_r = [s.meta["reward"] for _, s in rules["batch"]]
+    assert batch_r == pytest.approx([0.0, 1 / 3, 0.2])
+    mean = (0 + 1 / 3 + 0.2) / 3
+    assert [s.advantage for _, s in rules["batch"]] == pytest.approx([r - mean for r in batch_r])
+    # Paired: A's uses 1 - 0 = 1 and -1 - 0 = -1 (mean 0); B's -1 - 0, 1 + 1, 1 + 1 (mean 1);
+    # A+B: (0 + 3) / 5. The advantage is r itself.
+    paired_r = [s.meta["reward"] for _, s in rules["paired"]]
+    assert paired_r == pytest.approx([0.0, 1.0, 0.6])
+    assert [s.advantage for _, s in rules["paired"]] == pytest.approx(paired_r)
+
+
+def test_a_dropped_or_unread_lesson_gets_no_use(store):
+    a, b, c = store.add(["lesson A about walls", "lesson B about doors", "lesson C about keys"])
+    extractor = ExperienceExtractor(None, None, store, settings())
+    unparsed = {"decision": "unparsed", "score": None, "ids": [b]}
+    uses = extractor.credit_uses(
+        [
+            episode(0, True, True, [a, b], critique=unparsed),  # B left the prompt: not a use
+            episode(0, False, True, [c]),  # the without-half reads nothing (ids or not)
+            episode(0, True, False, [c], error="env lost"),  # cut short: no outcome
+        ]
+    )
+    assert uses == 1
+    tallies = {e.id: (e.uses, e.wins) for e in store.get([a, b, c])}
+    assert tallies == {a: (1, 1), b: (0, 0), c: (0, 0)}
+
+
+def test_a_batch_without_signal_uses_nothing_up(store):
+    a, b = store.add(["lesson A about the west branch", "lesson B about the east branch"])
+    store.report_outcome([a], won=False)
+    store.report_outcome([b], won=False)
+    optimizer = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-2), loss=CISPO())
+    extractor = ExperienceExtractor(None, optimizer, store, settings())
+    extractor.pending = [generation([a]), generation([b])]
+    before = {k: v.clone() for k, v in optimizer.model.state_dict().items()}
+    stats = extractor.train_step(actor_step=5)
+    # Both r = -1: advantages 0, no step, nothing used up, no training count in the store.
+    assert stats["samples"] == 0 and extractor.updates == 0
+    assert [g.times_trained for g in extractor.pending] == [0, 0]
+    assert [g.times_skipped for g in extractor.pending] == [1, 1]
+    assert [e.training_count for e in store.get([a, b])] == [0, 0]
+    assert all((v == optimizer.model.state_dict()[k]).all() for k, v in before.items())
+    store.report_outcome([a], won=True)
+    store.report_outcome([a], won=True)  # A: 2 wins of 3 -> r 1/3; B: -1
+    stats = extractor.train_step(actor_step=6)
+    assert stats["samples"] == 2 and extractor.updates == 1
+    assert [g.times_trained for g in extractor.pending] == [1, 1]
+
+
+def test_an_answer_that_wrote_nothing_trains_as_a_failure(store):
+    episodes = [episode(0, True, True)]
+    rejecting = ExperienceExtractor(
+        ScriptedBackend(["ok"]), None, store, settings(extractor_format="plain")
+    )
+    assert rejecting.distill(episodes, actor_step=1) == []  # "ok" is no lesson (< 8 chars)
+    [rejected] = rejecting.pending
+    assert (rejected.kind, rejected.reward) == ("rejected", REJECTED_REWARD)
+    assert rejecting.reward_of(rejected) == REJECTED_REWARD
+    reference = ExperienceExtractor(
+        ScriptedBackend(["ok"]),
+        None,
+        store,
+        settings(extractor_format="plain", train_on_rejected=False),
+    )
+    reference.distill(episodes, actor_step=1)
+    assert reference.pending == []
+
+
+def test_the_exemplar_extractor_stores_won_actions_without_a_model(store):
+    extractor = ExperienceExtractor(None, None, store, settings(extractor_format="exemplar"))
+    won = episode(0, True, True)
+    won.task = "You are in the Vault of Marrow."
+    won.turns = [type("T", (), {"action": "west"})(), type("T", (), {"action": "west"})()]
+    [eid] = extractor.distill([won, episode(0, True, False)], actor_step=1)
+    assert store.get_one(eid).content == (
+        "Task: You are in the Vault of Marrow.\nActions that won it, in order: west, west."
+    )
+    assert extractor.pending == []  # nothing to train
+
+
+def test_the_episodes_of_a_group_read_different_lessons(store):
+    store.add(
+        [f"In this hall try the branch number {i} first." for i in range(8)], env_family="memory"
+    )
+
+    def shown(sample_from, salt):
+        env = ExperienceAugmentedEnv(
+            gym.make("comprl/Memory-Fork-v0", split="test"),
+            store,
+            inject_top_k=1,
+            search_budget=0,
+            report_outcomes=False,
+            sample_from=sample_from,
+            sample_salt=salt,
+        )
+        _, info = env.reset(seed=3)
+        env.close()
+        return info["experience_ids"][0]
+
+    slots = range(8)  # a group of 8 episodes (the with-experience half of K=16)
+    top = {shown(0, slot) for slot in slots}
+    drawn = [shown(8, slot) for slot in slots]
+    assert len(top) == 1  # one query, one top lesson for the whole group
+    # A draw per episode: the group reads different lessons (8 draws of 1 in 8 show ~5).
+    assert len(set(drawn)) >= 4
+    assert drawn == [shown(8, slot) for slot in slots]  # and a replay draws the same
