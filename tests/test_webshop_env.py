@@ -28,7 +28,9 @@ def goal_query(info) -> str:
 def test_search_page_and_info(env):
     obs, info = env.reset(seed=5)
     assert obs == f"WebShop [SEP] Instruction: [SEP] {info['task']} [SEP] Search"
-    assert info["task"] == info["goal"]["instruction_text"]
+    assert info["task"] == env.goal["instruction_text"]
+    # The goal (target product) is grader-side: never in what an agent is given.
+    assert "goal" not in info and env.goal["asin"] not in str(info)
     assert "price lower than" in info["task"]
     assert info["admissible_actions"] == ["search[<query>]"]
     assert int(info["task_id"]) in range(0, 500)
@@ -60,7 +62,7 @@ def test_results_pagination_and_back(env):
 
 def test_item_page_options_and_sub_pages(env):
     obs, info = env.reset(options={"goal_index": 3})
-    goal = info["goal"]
+    goal = env.goal
     product = env.catalog.by_asin[goal["asin"]]
     env.step(f"search[{product['Title']}]")
     obs, _, _, _, info = env.step(f"click[{goal['asin'].lower()}]")
@@ -90,7 +92,7 @@ def test_item_page_options_and_sub_pages(env):
 def test_attributes_sub_page_with_show_attrs():
     env = WebShopEnv(split="test", show_attrs=True)
     _, info = env.reset(options={"goal_index": 0})
-    product = env.catalog.by_asin[info["goal"]["asin"]]
+    product = env.catalog.by_asin[env.goal["asin"]]
     env.step(f"search[{product['Title']}]")
     _, _, _, _, info = env.step(f"click[{product['asin']}]")
     assert "click[attributes]" in info["admissible_actions"]
@@ -108,7 +110,7 @@ def test_text_rich_mode_marks_buttons_and_clicks():
     env = WebShopEnv(split="test", observation_mode="text_rich")
     obs, info = env.reset(options={"goal_index": 7})
     assert obs == f"WebShop\nInstruction: \n{info['task']}\n[button] Search [button_]\n"
-    goal = info["goal"]
+    goal = env.goal
     product = env.catalog.by_asin[goal["asin"]]
     obs, *_ = env.step(f"search[{product['Title']}]")
     assert "[button] Back to Search [button_]\nPage 1 (Total results:" in obs
@@ -143,7 +145,7 @@ def test_bad_input_leaves_page_unchanged(env, action):
 
 def test_buy_scores_and_ends(env):
     _, info = env.reset(options={"goal_index": 11})
-    goal = info["goal"]
+    goal = env.goal
     other = next(p for p in env.catalog.products if p["query"] != goal["query"])
     env.step(f"search[{other['Title']}]")
     env.step(f"click[{other['asin']}]")

@@ -19,7 +19,7 @@ of the report (``ID: CHECK: what went wrong``), and the command exits non-zero i
   and non-string actions never raise;
 * ``leak``: the solution text the profile names (WebShop's target ASIN, SWE-bench's gold patch,
   a memory task's answer) occurs in no observation and no ``info`` of the random episodes
-  (``info`` keys the profile declares grader-side are listed as a note, not searched);
+  (grader-side data, such as WebShop's goal, lives on the env, never in ``info``);
 * ``printable``: every observation is a ``str`` that :func:`comprl_gym.core.printable_text`
   leaves unchanged.
 
@@ -89,8 +89,6 @@ class ValidationProfile:
         expert_floor_reason: why the floor is below 1 (printed in the report).
         noop_actions: "doing nothing", played in a cycle until the episode ends.
         solution_texts: ``(env, info) -> texts`` after ``reset``: what must never be shown.
-        grader_info_keys: ``info`` keys that hold grader-side data (the goal the expert
-            reads); they are not searched for the solution, and the report notes them.
         expert: an agent factory ``env -> Agent`` instead of the family's expert.
     """
 
@@ -99,13 +97,12 @@ class ValidationProfile:
     expert_floor_reason: str = ""
     noop_actions: tuple[str, ...] = ("",)
     solution_texts: Callable[[Any, dict[str, Any]], list[str]] | None = None
-    grader_info_keys: tuple[str, ...] = ()
     expert: Callable[[Any], Any] | None = None
 
 
 def _webshop_solution(env: Any, info: dict[str, Any]) -> list[str]:
     """The target product's ASIN: an agent may find it by searching, never be told it."""
-    goal = info.get("goal") or {}
+    goal = env.unwrapped.goal
     return [str(goal["asin"])] if goal.get("asin") else []
 
 
@@ -142,10 +139,7 @@ def _memory_solution(env: Any, info: dict[str, Any]) -> list[str]:
 FAMILY_PROFILES: dict[str, ValidationProfile] = {
     "minihack": ValidationProfile(noop_actions=("",)),
     "alfworld": ValidationProfile(),
-    "webshop": ValidationProfile(
-        solution_texts=_webshop_solution,
-        grader_info_keys=("goal",),
-    ),
+    "webshop": ValidationProfile(solution_texts=_webshop_solution),
     "swebench": ValidationProfile(noop_actions=("submit",), solution_texts=_swebench_solution),
     "memory": ValidationProfile(solution_texts=_memory_solution),
 }
@@ -430,19 +424,12 @@ class _Validation:
         texts_of = self.profile.solution_texts
         if texts_of is None:
             return
-        grader = self.profile.grader_info_keys
-        if grader:
-            self.report.notes.append(
-                f"info keys {list(grader)} are grader-side (the expert reads them) and hold the "
-                "solution: an agent given `info` must not read them"
-            )
         for seed, episode in zip(self.seeds, self.random):
             secrets = episode.secrets
             for step, (obs, info) in enumerate(zip(episode.observations, episode.infos)):
-                shown = {k: v for k, v in info.items() if k not in grader}
                 haystacks = (
                     ("observation", str(obs)),
-                    ("info", json.dumps(shown, default=str, ensure_ascii=False)),
+                    ("info", json.dumps(info, default=str, ensure_ascii=False)),
                 )
                 for where, text in haystacks:
                     for secret in secrets:

@@ -21,7 +21,7 @@ Example:
     >>> obs, info = env.reset(seed=0)
     >>> obs.startswith("WebShop [SEP] Instruction: [SEP] ")
     True
-    >>> obs, reward, terminated, truncated, info = env.step("search[" + info["goal"]["query"] + "]")
+    >>> obs, reward, terminated, truncated, info = env.step("search[" + env.unwrapped.goal["query"] + "]")
     >>> "click[next >]" in info["admissible_actions"]
     True
 """
@@ -165,7 +165,9 @@ class WebShopEnv(TextEnv):
         self.task_id = str(index)
         self._session = _Session(goal=goal)
         self._show(pages.search_page(self.task))
-        return self._observation(), {"goal": dict(goal), "page": "search"}
+        # The goal (target product, its attributes and options) is the grader's: it is not
+        # in ``info``, which an agent or a served client reads (``goal`` holds it).
+        return self._observation(), {"page": "search"}
 
     def _step_task(self, action: str) -> Transition:
         session = self._require_session()
@@ -325,6 +327,13 @@ class WebShopEnv(TextEnv):
             invalid_action=True,
             info={"page": page_name},
         )
+
+    @property
+    def goal(self) -> dict[str, Any]:
+        """The current episode's goal as the catalog holds it (target ``asin``, ``query``,
+        ``attributes``, ``goal_options``, ``price_upper``...): grader-side, for the expert and
+        for checks; never shown to the agent."""
+        return dict(self._require_session().goal)
 
     def _require_session(self) -> _Session:
         if self._session is None:

@@ -38,11 +38,8 @@ class WebShopExpert:
 
     def reset(self, task: str, info: dict[str, Any]) -> None:
         """Read the goal; plan the queries and the options to click."""
-        goal = info.get("goal")
-        if goal is None and self.env is not None:
-            session = getattr(self.env.unwrapped, "_session", None)
-            goal = session.goal if session is not None else None
-        self._goal = dict(goal or {})
+        # Privileged: the goal is the env's (grader-side), never in the agent's info.
+        self._goal = dict(self.env.unwrapped.goal) if self.env is not None else {}
         name = _NON_WORD.sub(" ", str(self._goal.get("name", ""))).lower()
         task_text = task.split(", and price lower than")[0].lower()
         self._queries = [" ".join(name.split()[:20]), _NON_WORD.sub(" ", task_text)]
