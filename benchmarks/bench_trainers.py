@@ -14,12 +14,15 @@ the actor's wait time for experience.
 ``python benchmarks/bench_trainers.py paper-table --config configs/paper-table-cpu.yaml``
 reproduces the paper's comparison at the scale a config sets: the untrained actor, GRPO,
 static experience (frozen extractor), experience-only (frozen actor) and Complementary RL, each
-trained from the same YAML with the same budget and seeds, then evaluated greedily on the same
-held-out tasks without and (where a store exists) with experience. Success is pooled over seeds
+trained from the same YAML with the same budget and seeds, then evaluated at the config's
+``eval_temperature`` (both shipped configs sample at T=1) on the same evaluation tasks (reset
+seeds after the training pool's) without and (where a store exists) with experience. Success is pooled over seeds
 with a Wilson 95% interval, with per-seed rates and their spread beside it. A GPU run is the
 same command with a config whose models and budget fit the device.
 
-Results go to ``benchmarks/results/trainers_*.json``, ``paper_table.json`` and ``.png``.
+Results go to ``benchmarks/results/trainers_throughput*.json``, ``trainers_learning.json``
+(written by ``learning``; none is committed: no run of it on the current code exists),
+``paper_table.json`` and ``.png``.
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ def test_the_issue_ids_exist():
         "comprl/ALFWorld-v0",
         "comprl/WebShop-v0",
         "comprl/SWEBench-v0",
+        "comprl/Memory-Fork-v0",  # the memory family (issue 29)
+        "comprl/Memory-Landmark-v0",
     }
     expected |= {f"comprl/ALFWorld-{name}-v0" for name in ID_TASK_TYPES}
     assert expected == set(ENV_TABLE)
