@@ -214,10 +214,22 @@ def task_content(task: SuiteTask, locations: dict[str, Any] | None = None) -> di
             )
             content["engines"] = _engines("alfworld", "textworld")
             return content
-        if family in ("minihack", "memory"):
+        if family == "minihack":
             from comprl_gym.envs.minihack.layouts import LAYOUTS
 
             content["des_files"] = _sha(LAYOUTS)
+            content["engines"] = _engines("minihack", "nle")
+        elif family == "memory":
+            from comprl_gym.envs.memory import dungeon
+            from comprl_gym.envs.memory.dungeons import dungeon_des_file
+
+            # Each task's dungeon (its side and landmark) as the des-file NetHack plays, and the
+            # step limit: what the first observations cannot show.
+            played = [dungeon(inner.pool[seed % len(inner.pool)]) for seed in task.seeds]
+            content["des_files"] = _sha(
+                [dungeon_des_file(inner.variant, d, inner.branch_length) for d in played]
+            )
+            content["max_steps"] = inner.max_steps
             content["engines"] = _engines("minihack", "nle")
         elif family == "webshop":
             catalog = inner.catalog
