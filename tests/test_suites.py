@@ -43,9 +43,15 @@ def test_changing_a_pinned_setting_or_a_des_file_changes_the_hash(tmp_path, monk
     monkeypatch.setattr(suites, "SUITES_DIR", tmp_path)
     assert suites.suite_hash(suites.load_suite("memory@1")) != published
     monkeypatch.undo()
-    from comprl_gym.envs.minihack import layouts
+    from comprl_gym.envs.memory import dungeons
 
-    monkeypatch.setitem(layouts.LAYOUTS, "Unused-Level", "MAZE: x\n")  # a des-file changes
+    real = dungeons.dungeon_des_file
+
+    def changed(variant, d, branch_length=dungeons.BRANCH_LENGTH):  # one dungeon's level moves
+        text = real(variant, d, branch_length)
+        return text.replace("STAIR", "STAIR ", 1) if d.index == 200 else text
+
+    monkeypatch.setattr(dungeons, "dungeon_des_file", changed)
     assert suites.suite_hash(original) != published
 
 
