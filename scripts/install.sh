@@ -14,6 +14,10 @@ for arg in "$@"; do
   esac
 done
 stamp=.venv/.installed
+# A venv installed with --gpu stays a GPU one (make demo / make test call this without flags).
+if [ -f "$stamp" ] && [ "$(cut -c1-4 "$stamp")" = "gpu-" ]; then
+  gpu=1
+fi
 want=$(cat pyproject.toml constraints.txt scripts/install.sh | sha256sum | cut -c1-16)
 [ "$gpu" = 1 ] && want="gpu-$want"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

@@ -322,3 +322,13 @@ def test_the_weight_push_allocates_no_second_copy_of_smollm2():
     params, before, after = _push_peaks("smollm2", top_layers=8)
     assert before >= 0.9 * params
     assert after < 0.05 * params, (params, before, after)
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA: the configs would start")
+@pytest.mark.parametrize("name", ["gpu-1.yaml", "paper-table-gpu.yaml"])
+def test_the_gpu_configs_load_and_refuse_to_start_without_cuda(tmp_path, name):
+    path = os.path.join(os.path.dirname(__file__), "..", "configs", name)
+    cfg = TrainConfig.from_yaml(path, [f"output_dir={tmp_path}"])
+    assert cfg.actor.device == cfg.extractor.device == "cuda"
+    with pytest.raises(ConfigurationError, match=r"actor\.device is 'cuda'"):
+        make_trainer(cfg)
