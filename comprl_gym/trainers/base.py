@@ -56,7 +56,7 @@ from comprl_gym.trainers.background import ExperienceWorker, TimedManager, WaitC
 from comprl_gym.trainers.checkpoint import CheckpointManager
 from comprl_gym.trainers.config import TrainConfig
 from comprl_gym.trainers.extractor import ExperienceExtractor
-from comprl_gym.trainers.losses import CISPO, ClippedPG, Loss
+from comprl_gym.trainers.losses import Loss
 from comprl_gym.trainers.metrics import MetricsLogger
 from comprl_gym.trainers.policy import PolicyOptimizer
 from comprl_gym.trainers.report import compare_with_before, plot_learning_curve
@@ -209,21 +209,12 @@ class Trainer:
         raise NotImplementedError
 
     def actor_loss(self) -> Loss:
-        """The actor's loss (``config.actor_loss`` and its clip settings)."""
-        cfg = self.config
-        if cfg.actor_loss == "cispo":
-            return CISPO(cfg.clip_eps_low, cfg.clip_eps_high, normalization=cfg.loss_normalization)
-        return ClippedPG(cfg.clip_eps_low, cfg.clip_eps_high, cfg.loss_normalization)
+        """The actor's loss (the algorithm's hook; built once, before the actor loads)."""
+        raise NotImplementedError
 
     def extractor_loss(self) -> Loss:
-        """The extractor's loss: CISPO with the ``experience.cispo_*`` settings."""
-        settings = self.config.experience
-        return CISPO(
-            settings.cispo_eps_low,
-            settings.cispo_eps_high,
-            settings.cispo_variant,
-            settings.cispo_normalization,
-        )
+        """The extractor's loss (the algorithm's hook)."""
+        raise NotImplementedError
 
     def experience_job(self, job: dict[str, Any]) -> None:
         """The background half of an iteration (runs in the experience worker)."""

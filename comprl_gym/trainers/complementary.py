@@ -69,6 +69,7 @@ from typing import Any
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.advantages import grouped_advantages
 from comprl_gym.trainers.base import TaskRef, Trainer
+from comprl_gym.trainers.losses import CISPO, ClippedPG, Loss
 from comprl_gym.trainers.policy import TrainSample
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,16 @@ class ComplementaryRLTrainer(Trainer):
         return [float(a) for a in grouped_advantages(rewards, groups, halves, scale=scale)]
 
     # ------------------------------------------------------------------ step 5: actor update
+    def actor_loss(self) -> Loss:
+        """``config.actor_loss``: the PPO/GRPO clipped surrogate ``-min(rho A, clip(rho, 1 -
+        eps_low, 1 + eps_high) A)`` per trained token (reference ``pg_clip: 0.2``), or CISPO's
+        ``-sg(clip(rho)) A log p``; ``loss_normalization`` averages over each sequence's tokens
+        then over sequences (``sequence``) or over all tokens (``token``)."""
+        cfg = self.config
+        if cfg.actor_loss == "cispo":
+            return CISPO(cfg.clip_eps_low, cfg.clip_eps_high, normalization=cfg.loss_normalization)
+        return ClippedPG(cfg.clip_eps_low, cfg.clip_eps_high, cfg.loss_normalization)
+
     def actor_samples(
         self, episodes: list[Trajectory], advantages: list[float]
     ) -> list[TrainSample]:
@@ -212,6 +223,17 @@ class ComplementaryRLTrainer(Trainer):
         return update
 
     # ------------------------------------------------------------------ step 6: experience
+    def extractor_loss(self) -> Loss:
+        """CISPO with the ``experience.cispo_*`` settings: ``w = clip(rho, 1 - eps_low, 1 +
+        eps_high)`` detached, loss ``-w A log p`` (reference ``memory_cispo_epsilon_*`` 0.1)."""
+        settings = self.config.experience
+        return CISPO(
+            settings.cispo_eps_low,
+            settings.cispo_eps_high,
+            settings.cispo_variant,
+            settings.cispo_normalization,
+        )
+
     def experience_job(self, job: dict[str, Any]) -> None:
         """Credit, distillation, the extractor's update and merging for one iteration's
         episodes (in the background worker; in line with ``async_extraction: false``)."""
