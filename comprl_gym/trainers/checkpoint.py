@@ -78,8 +78,10 @@ class CheckpointManager:
             raise DataError(self.folder, "no checkpoint to resume from")
         path = self.folder / f"step-{step}"
         try:
-            data = torch.load(path / "trainer.pt", weights_only=False)
-            data["rng"] = torch.load(path / "rng.pt", weights_only=False)
+            # Onto the CPU: load_state_dict copies weights and optimiser state onto the
+            # devices of the model being resumed, so a GPU checkpoint resumes anywhere.
+            data = torch.load(path / "trainer.pt", weights_only=False, map_location="cpu")
+            data["rng"] = torch.load(path / "rng.pt", weights_only=False, map_location="cpu")
         except (OSError, RuntimeError, EOFError) as exc:
             raise DataError(path, f"cannot read the checkpoint: {exc}") from exc
         data["path"] = path
