@@ -64,6 +64,13 @@ class LessonReadingTrainer(StaticExperienceTrainer):
         """No distillation, credit or merging: the store stays the benchmark's."""
 
 
+def env_kwargs(args: argparse.Namespace, split: str) -> dict[str, Any]:
+    """The memory env's arguments: compact observations (a later turn is ~50 tokens), the
+    branch length (2, the shortest that keeps the stairs out of sight: two steps the right
+    way win, and the first step the wrong way loses)."""
+    return {"split": split, "observation_mode": "compact", "branch_length": args.branch_length}
+
+
 def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, Any]:
     quick = args.quick
     model = "tiny" if quick else "smollm2"
@@ -72,12 +79,12 @@ def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, 
         "algorithm": f"{__name__}:LessonReadingTrainer",
         "seed": args.seed,
         "env_ids": [ENV_ID],
-        "env_kwargs": {ENV_ID: {"split": "train", "observation_mode": "compact"}},
+        "env_kwargs": {ENV_ID: env_kwargs(args, "train")},
         "task_pool": 192,
         "iterations": args.iterations,
         "groups_per_iteration": args.groups,
         "group_size": 8,
-        "max_episode_steps": 5,
+        "max_episode_steps": args.max_steps,
         "rollout_backend": "transformers" if quick else "vllm",
         "conversation": "multi_turn",
         "actor": {
@@ -190,6 +197,14 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=64, help="held-out dungeons (at most 64)")
     parser.add_argument("--visits", type=int, default=3, help="visits to each held-out dungeon")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, default=5, help="step limit (family default 5)")
+    parser.add_argument(
+        "--branch-length",
+        type=int,
+        default=2,
+        help="steps from the fork to the stairs (the family's default is 3; 2 is the shortest "
+        "that hides them, and gives the untrained 135M actor more wins to learn from)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny model, a smoke run")
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads (0: one per core; 1 on a busy box)"
@@ -205,7 +220,7 @@ def main() -> int:
     started = time.perf_counter()
     held_out = list(pool("test"))[: args.tasks]
     tasks = list(range(len(held_out)))  # reset seed t plays held-out dungeon t
-    spec = EnvSpec.of(ENV_ID, {"split": "test", "observation_mode": "compact", "max_steps": 5})
+    spec = EnvSpec.of(ENV_ID, {**env_kwargs(args, "test"), "max_steps": args.max_steps})
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         train_store = fixed_store(root / "train-store", [oracle_lesson(i) for i in pool("train")])
