@@ -64,6 +64,22 @@ class LessonReadingTrainer(StaticExperienceTrainer):
         """No distillation, credit or merging: the store stays the benchmark's."""
 
 
+class AllLessonsTrainer(LessonReadingTrainer):
+    """:class:`LessonReadingTrainer` whose every training episode is shown its lesson
+    (``--all-with-lessons``): no without-experience half, so every group's advantages reward
+    reading and none rewards a blind prior."""
+
+    algorithm = "all-lessons"
+
+    def rollouts(self, tasks: list[Any]) -> list[Any]:
+        jobs = [
+            (self.make_env(task.env_id, True, slot), task, group, True)
+            for group, task in enumerate(tasks)
+            for slot in range(self.config.group_size)
+        ]
+        return self.play_jobs(jobs)
+
+
 def env_kwargs(args: argparse.Namespace, split: str) -> dict[str, Any]:
     """The memory env's arguments: compact observations (a later turn is ~50 tokens), the
     branch length (2, the shortest that keeps the stairs out of sight: two steps the right
@@ -76,7 +92,8 @@ def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, 
     model = "tiny" if quick else "smollm2"
     lora = {"enabled": True, "r": 16, "alpha": 32, "top_layers": 0 if quick else 8}
     return {
-        "algorithm": f"{__name__}:LessonReadingTrainer",
+        "algorithm": f"{__name__}:"
+        + ("AllLessonsTrainer" if args.all_with_lessons else "LessonReadingTrainer"),
         "seed": args.seed,
         "env_ids": [ENV_ID],
         "env_kwargs": {ENV_ID: env_kwargs(args, "train")},
@@ -92,7 +109,7 @@ def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, 
             "lr": 4.0e-4,
             "micro_batch_size": 4,
             "max_new_tokens": 12,
-            "temperature": 1.0,
+            "temperature": args.temperature,
             "lora": lora,
         },
         "extractor": {"model": model, "max_new_tokens": 32, "temperature": 0.7, "lora": lora},
@@ -206,6 +223,14 @@ def main() -> int:
         "that hides them, and gives the untrained 135M actor more wins to learn from)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny model, a smoke run")
+    parser.add_argument(
+        "--all-with-lessons",
+        action="store_true",
+        help="train every episode with its lesson (no without-experience half)",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="the actor's training temperature"
+    )
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads (0: one per core; 1 on a busy box)"
     )
