@@ -639,7 +639,7 @@ def check_train(shrunk, proc, work):
     assert any((out / "tensorboard").iterdir())
     assert (out / "checkpoints" / "step-1").is_dir()
     assert (out / "experience").is_dir()
-    assert "Held-out evaluation" in proc.stdout
+    assert "Evaluation on the seeds after the training pool" in proc.stdout
     assert set(summary["evaluation"]) == set(config["env_ids"])
     for env_id in config["env_ids"]:
         assert f"| {env_id} |" in proc.stdout

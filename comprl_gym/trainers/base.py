@@ -4,7 +4,7 @@
 trainers, the extractor, its generation backend and the experience store), the rollout engine
 and its weight push, the envs (built from :class:`~comprl_gym.env_factory.EnvSpec`, in process,
 on an env server or on Ray env workers), playing a batch of episodes, the run loop with its
-progress bar, held-out evaluation (through :mod:`comprl_gym.evaluation`), checkpoints and exact
+progress bar, evaluation (through :mod:`comprl_gym.evaluation`), checkpoints and exact
 resume, metrics and clean-up. The algorithm itself, one iteration of Complementary RL and the
 presets that switch its parts off (GRPO, static experience, experience-only), is in
 :mod:`comprl_gym.trainers.complementary`.
@@ -171,7 +171,7 @@ class Trainer:
         self.actor_performance: dict[str, list[float]] = {}
         self.iteration = 0
         self.rollouts_done = 0
-        #: The untrained actor's held-out results (``eval_before``), kept in checkpoints.
+        #: The untrained actor's evaluation results (``eval_before``), kept in checkpoints.
         self.evaluation_before: dict[str, Any] | None = None
         #: Agents made in this iteration: part of each batch's sampling seed.
         self._play_calls = 0
@@ -620,7 +620,7 @@ class Trainer:
         return summary
 
     def evaluate(self, before_training: bool = False) -> dict[str, Any]:
-        """Held-out tasks (seeds after the training pool), with and without experience, played
+        """Evaluation tasks (seeds after the training pool), with and without experience, played
         by the trainer's own agent and measured by :mod:`comprl_gym.evaluation`.
 
         Each arm of an env id plays its ``eval_tasks`` episodes in one batched rollout call at

@@ -46,7 +46,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if summary.get("evaluation"):
         temperature = summary.get("eval_temperature", 0.0)
         sampling = "greedy" if not temperature else f"sampled at temperature {temperature}"
-        print(f"\nHeld-out evaluation ({sampling}; success [95% interval]):\n")
+        print(
+            f"\nEvaluation on the seeds after the training pool ({sampling}; success [95% interval]):\n"
+        )
         print(format_results_table(summary))
         print(f"\nLearning curve: {Path(config.output_dir) / 'learning_curve.png'}")
     return 0

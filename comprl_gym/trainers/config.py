@@ -302,7 +302,7 @@ class TrainConfig:
     resume: bool = True
     #: Tasks of the final evaluation (each run with and without experience).
     eval_tasks: int = 8
-    #: Also play the held-out tasks with the untrained actor (no experience) before the first
+    #: Also play the evaluation tasks with the untrained actor (no experience) before the first
     #: iteration: the "before training" row the final table is compared with.
     eval_before: bool = False
     #: Sampling temperature of evaluation episodes (0: greedy). A small model's greedy policy

@@ -1,9 +1,9 @@
-"""What a training run reports: the held-out results table and the learning-curve plot.
+"""What a training run reports: the evaluation table and the learning-curve plot.
 
 One owner for the run's end products, read by ``comprl-gym train`` and the benchmarks:
 
 * :func:`compare_with_before`: each after-training mode minus the untrained actor on the same
-  held-out tasks (paired by task, Newcombe's interval);
+  evaluation tasks (paired by task, Newcombe's interval);
 * :func:`format_results_table`: that table as Markdown;
 * :func:`plot_learning_curve`: training success per iteration (each half of the groups) and
   the evaluations with their Wilson intervals, as a PNG.
@@ -32,7 +32,7 @@ MODES = ("without_experience", "with_experience")
 def compare_with_before(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Per env id and after-training mode: success after minus before, with a 95% interval.
 
-    Both evaluations play the same held-out tasks in the same order, so the outcomes pair up
+    Both evaluations play the same evaluation tasks in the same order, so the outcomes pair up
     task by task (Newcombe's paired interval). Env ids missing from either side are left out.
     """
     comparison: dict[str, Any] = {}
@@ -49,7 +49,7 @@ def compare_with_before(before: dict[str, Any], after: dict[str, Any]) -> dict[s
 
 
 def format_results_table(summary: dict[str, Any]) -> str:
-    """The held-out success table of a run (before training when measured), as Markdown."""
+    """The evaluation success table of a run (before training when measured), as Markdown."""
 
     def cell(result: dict[str, Any] | None) -> str:
         if not result:
@@ -85,7 +85,7 @@ def format_results_table(summary: dict[str, Any]) -> str:
 def plot_learning_curve(
     metrics: list[dict[str, Any]], summary: dict[str, Any], path: str | Path
 ) -> Path | None:
-    """Training success per iteration and the held-out evaluations, written to ``path``.
+    """Training success per iteration and the evaluations, written to ``path``.
 
     Returns the path, or None when matplotlib is missing (the ``train`` extra has it).
     """
@@ -141,10 +141,10 @@ def plot_learning_curve(
         )
     ax_eval.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=7)
     ax_eval.set_ylim(0, 1)
-    ax_eval.set_ylabel("held-out success (95% Wilson)")
+    ax_eval.set_ylabel("evaluation success (95% Wilson)")
     episodes = bars[0][1].get("episodes", "?") if bars else "?"
     where = f"{next(iter(env_ids)).split('/')[-1]}\n" if len(env_ids) == 1 else ""
-    ax_eval.set_title(f"{where}held-out, {episodes} episodes each", fontsize=10)
+    ax_eval.set_title(f"{where}evaluation seeds, {episodes} episodes each", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
