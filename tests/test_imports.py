@@ -39,6 +39,15 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` reads (relative ones resolved in ``package``)."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(anchor + ([base] if base else []))
+    return base
+
+
 def _module_level_imports(name: str, path: Path, known: set[str]) -> set[str]:
     """comprl_gym modules imported when ``name`` is imported (not inside functions or
     ``if TYPE_CHECKING``)."""
@@ -51,10 +60,7 @@ def _module_level_imports(name: str, path: Path, known: set[str]) -> set[str]:
             if isinstance(node, ast.Import):
                 found.update(a.name for a in node.names if a.name.split(".")[0] == "comprl_gym")
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
+                base = _from_module(node, package)
                 if base.split(".")[0] != "comprl_gym":
                     continue
                 for alias in node.names:
@@ -206,11 +212,7 @@ def _all_imports(name: str, path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            found.add(base)
+            found.add(_from_module(node, package))
     return {m for m in found if m.split(".")[0] == "comprl_gym"}
 
 
