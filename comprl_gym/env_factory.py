@@ -99,6 +99,12 @@ class EnvSpec:
         return replace(self, experience=experience)
 
 
+def require_registered(env_id: str) -> None:
+    """Raise a ConfigurationError naming ``env_id`` unless gymnasium knows it."""
+    if env_id not in gym.registry:
+        raise ConfigurationError(f"unknown env id {env_id!r}; `comprl-gym envs` lists them")
+
+
 def make_env(
     spec: EnvSpec,
     manager: Any = None,
@@ -110,8 +116,7 @@ def make_env(
     ``refiner`` answers ``search_and_ask`` questions from the retrieved experiences (the
     extractor LLM; without one the wrapper answers with the retrieved texts).
     """
-    if spec.env_id not in gym.registry:
-        raise ConfigurationError(f"unknown env id {spec.env_id!r}; `comprl-gym envs` lists them")
+    require_registered(spec.env_id)
     if spec.url:
         if spec.kwargs:
             raise ConfigurationError(

@@ -154,10 +154,9 @@ def _play_visit(
     resets = [reset for reset, _ in pairs]
     if hasattr(agent, "act_batch"):
         worker = RolloutWorker(envs, agent=agent, config=RolloutConfig(max_turns=None))
-        done = worker.run(
+        return worker.run(
             resets, sampling_seeds=[s for _, s in pairs], on_episode=lambda _: bar.update()
         )
-        return done
     played = []
     for reset, sampling in pairs:
         played.append(run_episode(envs[0], agent(envs[0], sampling), reset))

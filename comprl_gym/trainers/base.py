@@ -29,14 +29,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import numpy as np
 
 from comprl_gym.agents.critique import DECISIONS, ExperienceCritic
 from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
 from comprl_gym.agents.prompts import PromptConfig
 from comprl_gym.core import ConfigurationError
-from comprl_gym.env_factory import EnvSpec, ExperienceSpec, make_env
+from comprl_gym.env_factory import EnvSpec, ExperienceSpec, make_env, require_registered
 from comprl_gym.evaluation.eval import (
     WITH_EXPERIENCE,
     WITHOUT_EXPERIENCE,
@@ -385,8 +384,7 @@ class Trainer:
         itself: :meth:`play_jobs` places it on an env worker, which builds and keeps it."""
         spec = self.env_spec(env_id, with_experience, evaluation, slot)
         if self.env_pool is not None:
-            if spec.env_id not in gym.registry:  # fail here, not inside a remote worker
-                raise ConfigurationError(f"unknown env id {env_id!r}; `comprl-gym envs` lists them")
+            require_registered(env_id)  # here, not inside a remote worker
             return spec
         key = (spec, slot)
         if key not in self._envs:
