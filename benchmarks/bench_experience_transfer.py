@@ -83,14 +83,19 @@ class AllLessonsTrainer(LessonReadingTrainer):
 def env_kwargs(args: argparse.Namespace, split: str) -> dict[str, Any]:
     """The memory env's arguments: compact observations (a later turn is ~50 tokens), the
     branch length (2, the shortest that keeps the stairs out of sight: two steps the right
-    way win, and the first step the wrong way loses)."""
-    return {"split": split, "observation_mode": "compact", "branch_length": args.branch_length}
+    way win, and the first step the wrong way loses) and the listed moves (``--moves``)."""
+    return {
+        "split": split,
+        "observation_mode": "compact",
+        "branch_length": args.branch_length,
+        "moves": args.moves,
+    }
 
 
 def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, Any]:
     quick = args.quick
     model = "tiny" if quick else "smollm2"
-    lora = {"enabled": True, "r": 16, "alpha": 32, "top_layers": 0 if quick else 8}
+    lora = {"enabled": True, "r": 16, "alpha": 32, "top_layers": 0 if quick else args.lora_layers}
     return {
         "algorithm": f"{__name__}:"
         + ("AllLessonsTrainer" if args.all_with_lessons else "LessonReadingTrainer"),
@@ -106,7 +111,7 @@ def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, 
         "conversation": "multi_turn",
         "actor": {
             "model": model,
-            "lr": 4.0e-4,
+            "lr": args.lr,
             "micro_batch_size": 4,
             "max_new_tokens": 12,
             "temperature": args.temperature,
@@ -222,6 +227,13 @@ def main() -> int:
         help="steps from the fork to the stairs (the family's default is 3; 2 is the shortest "
         "that hides them, and gives the untrained 135M actor more wins to learn from)",
     )
+    parser.add_argument(
+        "--moves",
+        choices=("open", "all"),
+        default="open",
+        help="moves the prompt lists: open (east and west at the fork) or all eight compass "
+        "moves (the runs before 2026-12-02; the untrained actor then answers a wall most times)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny model, a smoke run")
     parser.add_argument(
         "--all-with-lessons",
@@ -230,6 +242,13 @@ def main() -> int:
     )
     parser.add_argument(
         "--temperature", type=float, default=1.0, help="the actor's training temperature"
+    )
+    parser.add_argument("--lr", type=float, default=4.0e-4, help="the actor's learning rate")
+    parser.add_argument(
+        "--lora-layers",
+        type=int,
+        default=8,
+        help="LoRA on the top N transformer blocks of the actor (0: every block)",
     )
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads (0: one per core; 1 on a busy box)"

@@ -257,8 +257,32 @@ def test_bad_configurations_are_refused():
         make("comprl/Memory-Fork-v0", variant="maze")
     with pytest.raises(ConfigurationError):
         make("comprl/Memory-Fork-v0", branch_length=1)
+    with pytest.raises(ConfigurationError, match="moves"):
+        make("comprl/Memory-Fork-v0", moves="some")
     env = make("comprl/Memory-Fork-v0", branch_length=5)
     assert env.unwrapped.max_steps == default_max_steps(5) == 7
     env.reset(seed=1)
     assert walk(env, env.unwrapped.dungeon.side, seed=1)["step"] == 5
     env.close()
+
+
+def test_open_moves_list_the_two_branches_and_still_accept_a_wall_bump():
+    """``moves="open"`` lists what NetHack lets you walk into: the fork's two branches at the
+    start (both, whatever the side), the way back and on inside a branch; a move into a wall
+    is still played (a wasted turn, not an invalid action)."""
+    env = make("comprl/Memory-Fork-v0", split="test", moves="open", observation_mode="compact")
+    for task in range(4):
+        obs, info = env.reset(options={"task_id": task})
+        assert info["admissible_actions"] == ["east", "west"]
+        assert "Allowed actions: east, west" in obs
+        side = env.unwrapped.dungeon.side
+        obs, _, terminated, _, info = env.step(side)
+        assert not terminated and sorted(info["admissible_actions"]) == ["east", "west"]
+    obs, info = env.reset(options={"task_id": 0})
+    obs, reward, terminated, _, info = env.step("north")
+    assert not info["invalid_action"] and not terminated and "wall" in obs
+    assert info["admissible_actions"] == ["east", "west"]
+    env.close()
+    every = make("comprl/Memory-Fork-v0", split="test")
+    assert every.reset(seed=0)[1]["admissible_actions"][:4] == ["north", "east", "south", "west"]
+    every.close()

@@ -36,6 +36,7 @@ from comprl_gym.envs.memory.dungeons import (
     pool,
     task_text,
 )
+from comprl_gym.envs.minihack.actions import DIRECTION_DELTAS
 from comprl_gym.envs.minihack.env import MiniHackTextEnv
 from comprl_gym.envs.minihack.language import cell_description
 
@@ -45,6 +46,10 @@ BASE_TASK = "MiniHack-Memory-Hall-v0"
 WRONG_BRANCH = "WRONG_BRANCH"
 #: nle's words for the hall's cells next to the start (unlit room floor seen from beside it).
 _HALL_FLOOR = "floor of a room"
+#: What ``moves`` may be: every compass move listed, or only the moves not into a wall.
+MOVE_LISTS = ("all", "open")
+#: Words of nle's cell descriptions that block a move.
+_BLOCKING = ("wall", "solid rock", "stone")
 
 
 def _register_base_task() -> None:
@@ -66,6 +71,13 @@ class MemoryTextEnv(MiniHackTextEnv):
             An env of one split never plays a dungeon of the other.
         branch_length: steps from the start to the stairs (default 3).
         max_steps: step limit (default ``branch_length + 2``: two spare steps).
+        moves: which moves ``info["admissible_actions"]`` and the observation's "Allowed
+            actions" list: ``"all"`` (the eight compass moves, as every MiniHack task) or
+            ``"open"`` (only those not into a wall: at the fork, east and west). Any move is
+            still accepted; ``"open"`` takes the wall-bumping out of the choice, so a policy
+            blind to the side wins half the time and one that reads a lesson can win always
+            (SmolLM2-135M put 0.17 of its first answer's probability on east or west with all
+            eight listed, 0.76 with the two; ``benchmarks/bench_experience_transfer.py``).
         observation_mode, render_mode: as :class:`MiniHackTextEnv`.
 
     ``reset(seed=s)`` plays the pool's dungeon number ``s mod len(pool)``;
@@ -87,11 +99,14 @@ class MemoryTextEnv(MiniHackTextEnv):
         split: str = "train",
         branch_length: int = BRANCH_LENGTH,
         max_steps: int | None = None,
+        moves: str = "all",
         observation_mode: str = "text",
         render_mode: str | None = None,
     ):
         if variant not in VARIANTS:
             raise ConfigurationError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if moves not in MOVE_LISTS:
+            raise ConfigurationError(f"moves must be one of {MOVE_LISTS}, got {moves!r}")
         self.pool = pool(split)
         des_file(variant, "east", "FOUNTAIN", "north", branch_length)  # checks branch_length
         _register_base_task()
@@ -104,6 +119,7 @@ class MemoryTextEnv(MiniHackTextEnv):
         self.variant = variant
         self.split = split
         self.branch_length = branch_length
+        self.moves = moves
         self.dungeon: Dungeon | None = None
         self._des = des_file("fork", "east")
 
@@ -160,6 +176,29 @@ class MemoryTextEnv(MiniHackTextEnv):
             info={"end_status": WRONG_BRANCH},
         )
 
+    def _render(self, notes: str = "", first: bool = False) -> str:
+        if self.moves == "open" and self.nle_observation:
+            self._admissible = self._open_moves()
+        return super()._render(notes, first=first)
+
+    def _open_moves(self) -> list[str]:
+        """The compass moves whose cell is not a wall (in the action set's order)."""
+        obs = self.nle_observation
+        x, y = int(obs["blstats"][0]), int(obs["blstats"][1])
+        height, width = obs["glyphs"].shape
+        open_moves = []
+        for name in self.action_set.names:
+            delta = DIRECTION_DELTAS.get(name)
+            if delta is None:
+                continue
+            cx, cy = x + delta[0], y + delta[1]
+            if not (0 <= cx < width and 0 <= cy < height):
+                continue
+            words = cell_description(obs["screen_descriptions"], cx, cy)
+            if words and not any(block in words for block in _BLOCKING):
+                open_moves.append(name)
+        return open_moves
+
     def _check_level(self) -> None:
         """Fail loudly if NetHack is not playing the hall (a des-file that did not compile
         leaves minihack on a random level without a word)."""
@@ -173,4 +212,4 @@ class MemoryTextEnv(MiniHackTextEnv):
             )
 
 
-__all__ = ["BASE_TASK", "WRONG_BRANCH", "MemoryTextEnv"]
+__all__ = ["BASE_TASK", "MOVE_LISTS", "WRONG_BRANCH", "MemoryTextEnv"]
