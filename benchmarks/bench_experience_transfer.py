@@ -72,10 +72,11 @@ class AllLessonsTrainer(LessonReadingTrainer):
     algorithm = "all-lessons"
 
     def rollouts(self, tasks: list[Any]) -> list[Any]:
+        k = self.config.group_size
         jobs = [
-            (self.make_env(task.env_id, True, slot), task, group, True)
+            (self.make_env(task.env_id, True, group * k + i), task, group, True)
             for group, task in enumerate(tasks)
-            for slot in range(self.config.group_size)
+            for i in range(k)
         ]
         return self.play_jobs(jobs)
 

@@ -422,6 +422,12 @@ class RolloutWorker:
             raise ComprlGymError("collect_rollouts needs at least one env")
         if agent is None and agent_factory is None:
             raise ComprlGymError("give an agent (with act_batch) or an agent_factory")
+        if stepper is None and len({id(env) for env in envs}) < len(envs):
+            # Two slots on one env object would play two episodes on one game at once: the
+            # second reset silently replaces the first episode's task.
+            raise ConfigurationError(
+                "the same env object is listed twice: episodes played at once need one env each"
+            )
         self.envs = envs
         self.agent = agent
         self.agent_factory = agent_factory

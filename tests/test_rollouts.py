@@ -260,3 +260,18 @@ def test_a_tiny_context_budget_folds_into_segments_and_drops_no_sampled_token(mo
     assert f"Earlier: 1 steps, actions: {traj.turns[0].action}." in second
     assert second.count("<|im_start|>system") == 1
     assert free.num_segments == 1
+
+
+def test_one_env_object_listed_twice_is_refused_before_any_episode():
+    """Two slots on one env would play two episodes on one game: the second reset replaces
+    the first episode's task without a word (a trainer variant that reused slot numbers
+    across task groups played every group on the last group's task)."""
+    from comprl_gym.core import ConfigurationError
+    from comprl_gym.rollouts import collect_rollouts
+
+    env = gym.make(ROOM)
+    with pytest.raises(ConfigurationError, match="twice"):
+        collect_rollouts([env, env], RandomAgent(seed=0), [0, 1])
+    [traj] = collect_rollouts([env], RandomAgent(seed=0), [0])  # one env, one slot: fine
+    assert traj.seed == 0
+    env.close()
