@@ -148,7 +148,7 @@ def first_prompts(
 def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     """``--reading-warmup`` steps of supervised cross-entropy on the actor's first reply in
     the *training* dungeons, shown their oracle lesson (the label is the side it names; the
-    prompts are the agent's, :func:`bench_reading_probe.first_prompts`), with a fresh AdamW
+    prompts are the agent's, :func:`first_prompts`), with a fresh AdamW
     on the actor's LoRA. Not the library's training (the trainers learn from rewards): it
     makes an actor that reads, so that what lessons do to it can be measured. The held-out
     dungeons are never used. Returns the loss of every step."""
