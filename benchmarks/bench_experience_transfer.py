@@ -61,6 +61,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ENV_ID = "comprl/Memory-Fork-v0"
 RESULTS = Path(__file__).resolve().parent / "results"
 ARMS = ("none", "own", "exemplar", "placebo", "inverted", "oracle")
+#: The lesson formats the reading warm-up can teach (``--warmup-lessons``).
+WARMUP_LESSONS = ("oracle", "exemplar")
+#: ``--trainer``: the benchmark's lesson-reading trainer, or one of the library's.
+TRAINERS = ("reading", "static_experience", "complementary")
 
 from comprl_gym.trainers.complementary import StaticExperienceTrainer  # noqa: E402
 
@@ -92,17 +96,33 @@ class AllLessonsTrainer(LessonReadingTrainer):
         return self.play_jobs(jobs)
 
 
+def lesson_text(kind: str, index: int, branch_length: int = 2) -> str:
+    """The lesson about dungeon ``index`` in one format: ``"oracle"`` (the benchmark's
+    sentence), ``"inverted"`` (its opposite) or ``"exemplar"`` (what the exemplar memory
+    stores after a straight win: the task and the winning moves,
+    :func:`~comprl_gym.experience.exemplar.exemplar_lesson`)."""
+    from comprl_gym.envs.memory import dungeon, inverted_lesson, oracle_lesson
+    from comprl_gym.envs.memory.dungeons import task_text
+    from comprl_gym.experience.exemplar import exemplar_lesson
+
+    if kind == "exemplar":
+        d = dungeon(index)
+        return exemplar_lesson(task_text("fork", d), [d.side] * branch_length, won=True)
+    if kind in ("oracle", "inverted"):
+        return (oracle_lesson if kind == "oracle" else inverted_lesson)(index)
+    raise ValueError(f"unknown lesson kind {kind!r}")
+
+
 def first_prompts(
     split: str, lesson: str, tokenizer: Any, branch_length: int = 2, moves: str = "open"
 ) -> list[dict[str, Any]]:
     """Every dungeon of ``split``: the token ids of the actor's first prompt with the
-    ``lesson`` ("oracle" or "inverted") in its system message, the answer token of each side,
-    the side the lesson names and the side that wins."""
+    ``lesson`` (a kind of :func:`lesson_text`) in its system message, the answer token of
+    each side, the side the lesson names and the side that wins."""
     import gymnasium as gym
 
     import comprl_gym  # noqa: F401  (registers the ids)
     from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
-    from comprl_gym.envs.memory import inverted_lesson, oracle_lesson
 
     config = PromptConfig(conversation="multi_turn")
     env = gym.make(
@@ -116,7 +136,7 @@ def first_prompts(
     for index in range(len(env.unwrapped.pool)):
         obs, info = env.reset(options={"task_id": index})
         d = env.unwrapped.dungeon
-        text = (oracle_lesson if lesson == "oracle" else inverted_lesson)(d.index)
+        text = lesson_text(lesson, d.index, branch_length)
         admissible = info["admissible_actions"]
         messages = build_messages(
             "memory", env.unwrapped.task, [], obs, admissible, config, experiences=[text]
@@ -132,7 +152,7 @@ def first_prompts(
             ]
             for side in ("east", "west")
         }
-        named = d.side if lesson == "oracle" else ("east" if d.side == "west" else "west")
+        named = ("east" if d.side == "west" else "west") if lesson == "inverted" else d.side
         examples.append(
             {
                 "ids": tokenizer(prompt, add_special_tokens=False)["input_ids"],
@@ -147,8 +167,9 @@ def first_prompts(
 
 def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     """``--reading-warmup`` steps of supervised cross-entropy on the actor's first reply in
-    the *training* dungeons, shown their oracle lesson (the label is the side it names; the
-    prompts are the agent's, :func:`first_prompts`), with a fresh AdamW
+    the *training* dungeons, each shown its lesson in one of the ``--warmup-lessons`` formats
+    (the oracle's sentence, the exemplar memory's winning moves; the label is the side it
+    names; the prompts are the agent's, :func:`first_prompts`), with a fresh AdamW
     on the actor's LoRA. Not the library's training (the trainers learn from rewards): it
     makes an actor that reads, so that what lessons do to it can be measured. The held-out
     dungeons are never used. Returns the loss of every step."""
@@ -158,9 +179,13 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     from tqdm import tqdm
 
     actor = trainer.actor
-    examples = first_prompts(
-        "train", "oracle", actor.tokenizer, branch_length=args.branch_length, moves=args.moves
-    )
+    examples = [
+        example
+        for kind in args.warmup_lessons.split(",")
+        for example in first_prompts(
+            "train", kind, actor.tokenizer, branch_length=args.branch_length, moves=args.moves
+        )
+    ]
     params = [p for p in actor.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.warmup_lr)
     device = next(actor.model.parameters()).device
@@ -185,6 +210,44 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     return losses
 
 
+def save_reader(trainer: Any, path: Path) -> None:
+    """Write the actor's trained (LoRA) weights after the warm-up, atomically, so that other
+    runs start from the same reader (``--load-reader``) without repeating it."""
+    import io
+
+    import torch
+
+    from comprl_gym.utils import atomic_write_bytes
+
+    state = {
+        n: p.detach().cpu() for n, p in trainer.actor.model.named_parameters() if p.requires_grad
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_reader(trainer: Any, path: Path) -> None:
+    """Load :func:`save_reader`'s weights into the actor (the same model and LoRA settings,
+    or a :class:`ValueError` naming what differs) and push them to the rollout engine."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    params = {n: p for n, p in trainer.actor.model.named_parameters() if p.requires_grad}
+    if set(state) != set(params):
+        missing, extra = sorted(set(params) - set(state)), sorted(set(state) - set(params))
+        raise ValueError(
+            f"{path} does not fit this actor (same --lora-layers and model?): "
+            f"{len(missing)} weights missing (e.g. {missing[:1]}), {len(extra)} unknown "
+            f"(e.g. {extra[:1]})"
+        )
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(state[name].to(param.device, param.dtype))
+    trainer.push_weights()
+
+
 def env_kwargs(args: argparse.Namespace, split: str) -> dict[str, Any]:
     """The memory env's arguments: compact observations (a later turn is ~50 tokens), the
     branch length (2, the shortest that keeps the stairs out of sight: two steps the right
@@ -201,13 +264,33 @@ def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, 
     quick = args.quick
     model = "tiny" if quick else "smollm2"
     lora = {"enabled": True, "r": 16, "alpha": 32, "top_layers": 0 if quick else args.lora_layers}
+    experience: dict[str, Any] = {
+        "store_dir": str(store),
+        "inject_top_k": 1,
+        "search_and_ask_budget": 0,
+        "extractor_format": "plain",
+        "min_quality": 0.0,
+        "async_extraction": False,
+        "diversify": False,
+    }
+    if args.trainer == "reading":
+        algorithm = f"{__name__}:" + (
+            "AllLessonsTrainer" if args.all_with_lessons else "LessonReadingTrainer"
+        )
+    else:
+        # The library's trainers, their store filled by their own extractor. A group's four
+        # with-experience episodes each read one of the top 4 lessons, so each lesson's outcome
+        # is measured apart (issue 30's per-episode sampling).
+        algorithm = args.trainer
+        experience.update(
+            inject_sample_from=4, extractor_batch_size=8, extractor_baseline=args.credit
+        )
     return {
-        "algorithm": f"{__name__}:"
-        + ("AllLessonsTrainer" if args.all_with_lessons else "LessonReadingTrainer"),
+        "algorithm": algorithm,
         "seed": args.seed,
         "env_ids": [ENV_ID],
         "env_kwargs": {ENV_ID: env_kwargs(args, "train")},
-        "task_pool": 192,
+        "task_pool": args.train_tasks,
         "iterations": args.iterations,
         "groups_per_iteration": args.groups,
         "group_size": 8,
@@ -222,16 +305,14 @@ def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, 
             "temperature": args.temperature,
             "lora": lora,
         },
-        "extractor": {"model": model, "max_new_tokens": 32, "temperature": 0.7, "lora": lora},
-        "experience": {
-            "store_dir": str(store),
-            "inject_top_k": 1,
-            "search_and_ask_budget": 0,
-            "extractor_format": "plain",
-            "min_quality": 0.0,
-            "async_extraction": False,
-            "diversify": False,
+        "extractor": {
+            "model": model,
+            "lr": args.extractor_lr,
+            "max_new_tokens": 32,
+            "temperature": 0.7,
+            "lora": lora,
         },
+        "experience": experience,
         "eval_tasks": 0,
         "output_dir": str(out / "run"),
         "resume": False,
@@ -341,6 +422,40 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="tiny model, a smoke run")
     parser.add_argument(
+        "--trainer",
+        choices=TRAINERS,
+        default="reading",
+        help="reading: the benchmark's lesson-reading trainer (oracle lessons of the training "
+        "dungeons, no extractor); static_experience or complementary: the library's trainers, "
+        "the store filled by their extractor (frozen or trained by CISPO), compared on the "
+        "'own' arm with --paired-with",
+    )
+    parser.add_argument(
+        "--train-tasks",
+        type=int,
+        default=192,
+        help="training dungeons (task pool; at most 192). Fewer dungeons recur more often, so "
+        "a lesson written about one is read on a later visit and credited",
+    )
+    parser.add_argument(
+        "--credit",
+        choices=("batch", "paired"),
+        default="batch",
+        help="the extractor's advantage baseline (experience.extractor_baseline)",
+    )
+    parser.add_argument("--extractor-lr", type=float, default=5.0e-5, help="its learning rate")
+    parser.add_argument(
+        "--arms",
+        default=",".join(ARMS),
+        help=f"arms to stream, comma-separated, from {', '.join(ARMS)} (none is always run)",
+    )
+    parser.add_argument(
+        "--paired-with",
+        default="",
+        help="a result JSON of another run on the same tasks and seed: its 'own' arm is paired "
+        "episode by episode with this run's (compare_runs)",
+    )
+    parser.add_argument(
         "--all-with-lessons",
         action="store_true",
         help="train every episode with its lesson (no without-experience half)",
@@ -356,6 +471,20 @@ def main() -> int:
         "oracle lesson before GRPO (0: none; see reading_warmup)",
     )
     parser.add_argument("--warmup-lr", type=float, default=1.0e-3, help="its learning rate")
+    parser.add_argument(
+        "--save-reader", default="", help="write the actor's LoRA weights after the warm-up here"
+    )
+    parser.add_argument(
+        "--load-reader",
+        default="",
+        help="start from a --save-reader file instead of a warm-up (the same reader in every run)",
+    )
+    parser.add_argument(
+        "--warmup-lessons",
+        default="oracle,exemplar",
+        help="lesson formats the warm-up shows, comma-separated, from "
+        f"{', '.join(WARMUP_LESSONS)} (the committed reading run before 2026-12-02: oracle)",
+    )
     parser.add_argument("--lr", type=float, default=4.0e-4, help="the actor's learning rate")
     parser.add_argument(
         "--lora-layers",
@@ -368,10 +497,27 @@ def main() -> int:
     )
     parser.add_argument("--out", default=str(RESULTS / "experience_transfer"), help="JSON/PNG stem")
     args = parser.parse_args()
+    unknown = set(args.warmup_lessons.split(",")) - set(WARMUP_LESSONS)
+    if unknown:
+        parser.error(f"--warmup-lessons: unknown {sorted(unknown)}; choose from {WARMUP_LESSONS}")
+    arm_names = ["none", *(a for a in ARMS if a != "none" and a in args.arms.split(","))]
+    unknown = set(args.arms.split(",")) - set(ARMS)
+    if unknown:
+        parser.error(f"--arms: unknown {sorted(unknown)}; choose from {ARMS}")
+    if not 1 <= args.train_tasks <= 192:
+        parser.error("--train-tasks: between 1 and 192 (the training split)")
+    if args.trainer != "reading" and args.all_with_lessons:
+        parser.error("--all-with-lessons is the reading trainer's (the library's keep both halves)")
+    other = json.loads(Path(args.paired_with).read_text())["episodes"] if args.paired_with else None
 
     from comprl_gym.env_factory import EnvSpec
     from comprl_gym.envs.memory import inverted_lesson, oracle_lesson, placebo_lesson, pool
-    from comprl_gym.evaluation.streaming import Arm, run_streaming, streaming_summary
+    from comprl_gym.evaluation.streaming import (
+        Arm,
+        compare_runs,
+        run_streaming,
+        streaming_summary,
+    )
     from comprl_gym.trainers import TrainConfig, make_trainer
 
     started = time.perf_counter()
@@ -380,8 +526,19 @@ def main() -> int:
     spec = EnvSpec.of(ENV_ID, {**env_kwargs(args, "test"), "max_steps": args.max_steps})
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        train_store = fixed_store(root / "train-store", [oracle_lesson(i) for i in pool("train")])
-        train_store.close()
+        if args.trainer == "reading":
+            # Training dungeon i's lesson in the i-th warm-up format, in turn: GRPO keeps
+            # reading every format the warm-up taught.
+            kinds = args.warmup_lessons.split(",")
+            train_store = fixed_store(
+                root / "train-store",
+                [
+                    lesson_text(kinds[n % len(kinds)], i, args.branch_length)
+                    for n, i in enumerate(pool("train"))
+                ],
+            )
+            train_store.close()
+        # (The library's trainers start from an empty store that their extractor fills.)
         trainer = make_trainer(
             TrainConfig.from_dict(train_config(args, root, root / "train-store"))
         )
@@ -408,7 +565,13 @@ def main() -> int:
             )
             # 1. Train it to read.
             t0 = time.perf_counter()
-            warmup_losses = reading_warmup(trainer, args) if args.reading_warmup else []
+            warmup_losses = []
+            if args.load_reader:
+                load_reader(trainer, Path(args.load_reader))
+            elif args.reading_warmup:
+                warmup_losses = reading_warmup(trainer, args)
+                if args.save_reader:
+                    save_reader(trainer, Path(args.save_reader))
             trainer.train()
             train_s = time.perf_counter() - t0
             curve = [
@@ -419,6 +582,8 @@ def main() -> int:
                 }
                 for r in trainer.metrics.read()
             ]
+            extractor_updates = list(getattr(trainer, "extractor_stats", []))
+            run_store = [e.text for e in trainer.manager.experiences()] if trainer.manager else []
             # 3. Stream the held-out dungeons with every arm.
             arms = {"none": Arm("none"), **learning_arms(trainer, root)}
             arms.update({name: Arm(name, manager) for name, manager in stores.items()})
@@ -426,7 +591,7 @@ def main() -> int:
                 spec,
                 tasks,
                 args.visits,
-                [arms[name] for name in ARMS],
+                [arms[name] for name in arm_names],
                 trainer.agent(seed=args.seed, temperature=1.0),
                 seed=args.seed,
                 agent_label=f"{trainer.algorithm}@{trainer.iteration}",
@@ -435,14 +600,16 @@ def main() -> int:
             store_texts = {
                 name: [e.text for e in arms[name].manager.experiences()]
                 for name in ("own", "exemplar")
+                if name in arm_names
             }
+            store_texts["training_run"] = run_store
         finally:
             trainer.close()
     summary = streaming_summary(records)
     retrieval = {
         name: sum(shown_own_dungeon(r) for r in records if r["arm"] == name)
         / max(1, sum(1 for r in records if r["arm"] == name))
-        for name in ARMS
+        for name in arm_names
         if name != "none"
     }
     out = {
@@ -452,9 +619,14 @@ def main() -> int:
         "visits": args.visits,
         "config": train_config(args, Path("."), Path("store")),
         "training_curve": curve,
+        # The extractor's CISPO updates (complementary): one row per update, with its
+        # gradient norm and the batch's rewards; empty for a frozen extractor.
+        "extractor_updates": extractor_updates,
         "reading_warmup": {
             "steps": args.reading_warmup,
             "lr": args.warmup_lr,
+            "lessons": args.warmup_lessons.split(","),
+            "loaded_from": Path(args.load_reader).name if args.load_reader else None,
             "batch": 8,
             "losses": warmup_losses,
         },
@@ -484,6 +656,13 @@ def main() -> int:
         ],
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
+    if other is not None:
+        # The other run's agent on the same episodes: common random numbers across runs.
+        out["paired_with"] = {
+            "file": Path(args.paired_with).name,
+            "arm": "own",
+            "this_minus_that": compare_runs(records, other, "own"),
+        }
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
@@ -495,7 +674,16 @@ def main() -> int:
         if diff:
             d = diff["difference"]
             extra = f"  minus none {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] p={diff['mcnemar_p']:.3f}"
+        for visit, learnt in row.get("minus_visit_1", {}).items():
+            d = learnt["difference"]
+            extra += f"  v{visit}-v1 {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
         print(f"{arm:9s} {visits}{extra}")
+    for visit, cell in out.get("paired_with", {}).get("this_minus_that", {}).items():
+        d = cell["difference"]
+        print(
+            f"own minus {args.paired_with} own, visit {visit}: {d['mean']:+.2f} "
+            f"[{d['low']:+.2f}, {d['high']:+.2f}] p={cell['mcnemar_p']:.3f}"
+        )
     print(f"wrote {stem.with_suffix('.json')} and .png")
     return 0
 

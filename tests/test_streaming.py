@@ -128,6 +128,13 @@ def test_lessons_change_outcomes_as_their_information_says(records):
         assert exemplar[(task, 1)]["won"] == none[(task, 1)]["won"]
         if exemplar[(task, 1)]["won"]:  # a remembered win is repeated
             assert exemplar[(task, 2)]["won"]
+    # Within an arm, visit 2 against visit 1 task by task: the exemplar memory only gains
+    # (a won dungeon stays won), a fixed oracle neither gains nor loses.
+    gained = sum(exemplar[(t, 2)]["won"] and not exemplar[(t, 1)]["won"] for t in TASKS)
+    learnt = summary["exemplar"]["minus_visit_1"]["2"]
+    assert learnt["pairs"] == len(TASKS)
+    assert learnt["difference"]["mean"] == pytest.approx(gained / len(TASKS))
+    assert summary["oracle"]["minus_visit_1"]["2"]["mcnemar_p"] == 1.0
     oracle_minus_none = summary["oracle"]["minus_none"]["all"]
     assert oracle_minus_none["pairs"] == len(TASKS) * 2
     wins = sum(r["won"] for r in none.values())

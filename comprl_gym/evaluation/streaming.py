@@ -173,9 +173,11 @@ def _outcomes(records: list[dict[str, Any]], arm: str, visit: int | None) -> dic
 
 
 def streaming_summary(records: list[dict[str, Any]], reference: str = "none") -> dict[str, Any]:
-    """Per arm: success at each visit and over all visits (Wilson intervals), and against the
+    """Per arm: success at each visit and over all visits (Wilson intervals); against the
     ``reference`` arm the paired difference (same task, same visit, same seeds) with
-    Newcombe's interval and McNemar's exact p, per visit and pooled.
+    Newcombe's interval and McNemar's exact p, per visit and pooled (``minus_<reference>``);
+    and each later visit minus the first, paired task by task within the arm
+    (``minus_visit_1``: whether the arm learns between visits).
 
     Example:
         >>> records = [{"arm": arm, "visit": 1, "task_index": t, "won": won}
@@ -184,6 +186,9 @@ def streaming_summary(records: list[dict[str, Any]], reference: str = "none") ->
         >>> s = streaming_summary(records)
         >>> s["oracle"]["visits"]["1"]["success"]["mean"], s["oracle"]["minus_none"]["all"]["difference"]["mean"]
         (0.75, 0.5)
+        >>> later = [dict(r, visit=2, won=1) for r in records if r["arm"] == "none"]
+        >>> streaming_summary(records + later)["none"]["minus_visit_1"]["2"]["difference"]["mean"]
+        0.75
     """
     arms = list(dict.fromkeys(r["arm"] for r in records))
     visits = sorted({int(r["visit"]) for r in records})
@@ -196,15 +201,69 @@ def streaming_summary(records: list[dict[str, Any]], reference: str = "none") ->
             row["visits"][label] = {"success": proportion_ci(won).to_dict(), "episodes": len(won)}
         if arm != reference and reference in arms:
             row[f"minus_{reference}"] = {
-                ("all" if visit is None else str(visit)): _paired(records, arm, reference, visit)
+                ("all" if visit is None else str(visit)): _paired(
+                    _outcomes(records, arm, visit), _outcomes(records, reference, visit)
+                )
                 for visit in [*visits, None]
+            }
+        if 1 in visits and len(visits) > 1:
+            # Test-time learning: each later visit against the first, task by task.
+            first = _by_task(_outcomes(records, arm, 1))
+            row["minus_visit_1"] = {
+                str(visit): _paired(_by_task(_outcomes(records, arm, visit)), first)
+                for visit in visits
+                if visit != 1
             }
         summary[arm] = row
     return summary
 
 
-def _paired(records: list[dict[str, Any]], arm: str, reference: str, visit: int | None) -> dict:
-    mine, theirs = _outcomes(records, arm, visit), _outcomes(records, reference, visit)
+def compare_runs(
+    records: list[dict[str, Any]], other: list[dict[str, Any]], arm: str
+) -> dict[str, Any]:
+    """``arm`` of one run minus ``arm`` of another (two trained agents streamed on the same
+    tasks, visits and seed): per visit and pooled, paired episode by episode with Newcombe's
+    interval and McNemar's exact p. Both runs' episodes must share their (reset, sampling)
+    seeds: common random numbers, or a :class:`ValueError`.
+
+    Example:
+        >>> a = [{"arm": "own", "visit": 1, "task_index": t, "won": w, "reset_seed": t,
+        ...       "sampling_seed": 9} for t, w in enumerate([1, 1, 0, 1])]
+        >>> b = [dict(r, won=0) for r in a]
+        >>> compare_runs(a, b, "own")["all"]["difference"]["mean"]
+        0.75
+    """
+
+    def seeds(rs: list[dict[str, Any]]) -> dict[tuple, tuple]:
+        return {
+            (r["task_index"], r["visit"]): (r.get("reset_seed"), r.get("sampling_seed"))
+            for r in rs
+            if r["arm"] == arm
+        }
+
+    mine, theirs = seeds(records), seeds(other)
+    shared = set(mine) & set(theirs)
+    if not shared or any(mine[k] != theirs[k] for k in shared):
+        raise ValueError(
+            f"the two runs' {arm!r} episodes do not share their seeds: stream both with the "
+            "same tasks and seed"
+        )
+    visits = sorted({visit for _, visit in shared})
+    return {
+        ("all" if visit is None else str(visit)): _paired(
+            _outcomes(records, arm, visit), _outcomes(other, arm, visit)
+        )
+        for visit in [*visits, None]
+    }
+
+
+def _by_task(outcomes: dict[tuple, float]) -> dict[int, float]:
+    """``(task, visit) -> won`` of one visit, keyed by task alone."""
+    return {task: won for (task, _), won in outcomes.items()}
+
+
+def _paired(mine: dict, theirs: dict) -> dict:
+    """The paired difference of two outcome tables over their common keys."""
     keys = sorted(set(mine) & set(theirs))
     a, b = [mine[k] for k in keys], [theirs[k] for k in keys]
     interval = paired_difference_interval(a, b).to_dict()

@@ -1,0 +1,114 @@
+"""``benchmarks/bench_experience_transfer.py``: the reading warm-up teaches the lesson formats the
+arms show, a saved reader starts another run, and two runs' arms pair on common random numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+from conftest import REPO_ROOT
+
+import comprl_gym  # noqa: F401  (registers the ids)
+from comprl_gym.envs.memory import dungeon, pool
+from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.experience.exemplar import exemplar_lesson
+from comprl_gym.rollouts import run_episode
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import bench_experience_transfer as bench  # noqa: E402
+
+BENCH = REPO_ROOT / "benchmarks" / "bench_experience_transfer.py"
+
+
+class Walker:
+    """Walks one side every turn."""
+
+    def __init__(self, side: str):
+        self.side = side
+
+    def reset(self, task, info):
+        pass
+
+    def act(self, observation, info):
+        return self.side
+
+
+@pytest.mark.parametrize("index", list(pool("train"))[:3])
+def test_the_warmups_exemplar_is_what_the_exemplar_memory_stores_after_a_win(index):
+    # Play the dungeon the winning way in the real env and store it as the exemplar arm does.
+    env = gym.make(
+        bench.ENV_ID, split="train", moves="open", observation_mode="compact", branch_length=2
+    )
+    try:
+        position = list(env.unwrapped.pool).index(index)
+        episode = run_episode(env, Walker(dungeon(index).side), position)
+    finally:
+        env.close()
+    assert episode.won
+    stored = exemplar_lesson(episode.task, [t.action for t in episode.turns], episode.won)
+    assert bench.lesson_text("exemplar", index, branch_length=2) == stored
+
+
+def test_lesson_text_refuses_an_unknown_kind():
+    with pytest.raises(ValueError, match="unknown lesson kind"):
+        bench.lesson_text("rumour", 0)
+
+
+def test_two_runs_pair_only_on_the_same_seeds():
+    run = [
+        {"arm": "own", "visit": 1, "task_index": 0, "won": 1, "reset_seed": 0, "sampling_seed": 5}
+    ]
+    other = [dict(run[0], won=0, sampling_seed=6)]
+    with pytest.raises(ValueError, match="do not share their seeds"):
+        compare_runs(run, other, "own")
+    assert compare_runs(run, [dict(run[0], won=0)], "own")["1"]["pairs"] == 1
+
+
+def _bench(*args: str) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--tasks", "3", "--visits", "2", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_saved_reader_starts_a_library_trainer_paired_with_the_first_run(tmp_path):
+    reader, first, second = tmp_path / "reader.pt", tmp_path / "first", tmp_path / "second"
+    _bench(
+        "--iterations", "1", "--reading-warmup", "2", "--save-reader", str(reader),
+        "--arms", "none,own,oracle", "--out", str(first),
+    )  # fmt: skip
+    _bench(
+        "--trainer", "complementary", "--train-tasks", "4", "--iterations", "1",
+        "--load-reader", str(reader), "--arms", "none,own",
+        "--paired-with", str(first.with_suffix(".json")), "--out", str(second),
+    )  # fmt: skip
+    a = json.loads(first.with_suffix(".json").read_text())
+    b = json.loads(second.with_suffix(".json").read_text())
+    assert a["reading_warmup"]["lessons"] == ["oracle", "exemplar"]
+    assert len(a["reading_warmup"]["losses"]) == 2
+    assert b["reading_warmup"]["loaded_from"] == "reader.pt" and b["reading_warmup"]["losses"] == []
+    assert b["config"]["algorithm"] == "complementary" and b["config"]["task_pool"] == 4
+    assert {e["arm"] for e in b["episodes"]} == {"none", "own", "oracle"}  # + untrained oracle
+    # The same (task, visit) episode has the same seeds in both runs: the pairing's premise.
+    seeds = {
+        run: {
+            (e["task_index"], e["visit"]): (e["reset_seed"], e["sampling_seed"])
+            for e in data["episodes"]
+            if e["arm"] == "own"
+        }
+        for run, data in (("a", a), ("b", b))
+    }
+    assert seeds["a"] == seeds["b"] and len(seeds["a"]) == 6
+    paired = b["paired_with"]["this_minus_that"]
+    assert paired["all"]["pairs"] == 6 and set(paired) == {"1", "2", "all"}
+    assert "training_run" in b["store_texts"]
