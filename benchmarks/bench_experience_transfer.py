@@ -22,6 +22,7 @@ other branch loses at once. Without a lesson the actor can do no better than a c
 
    ``none`` no lessons; ``own`` the run's extractor (SmolLM2, frozen) distils every finished
    episode into the arm's store; ``exemplar`` a won episode's actions stored verbatim (no LLM);
+   ``cases`` every episode's actions and outcome stored verbatim, won or lost (no LLM);
    ``placebo`` a lesson of the oracle's token length naming the dungeon and nothing else;
    ``inverted`` the oracle lesson with the other side; ``oracle`` the benchmark's correct
    lesson (the upper bound of reading). Fixed arms' stores hold one lesson per held-out
@@ -60,9 +61,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ENV_ID = "comprl/Memory-Fork-v0"
 RESULTS = Path(__file__).resolve().parent / "results"
-ARMS = ("none", "own", "exemplar", "placebo", "inverted", "oracle")
+ARMS = ("none", "own", "exemplar", "cases", "placebo", "inverted", "oracle")
 #: The lesson formats the reading warm-up can teach (``--warmup-lessons``).
-WARMUP_LESSONS = ("oracle", "exemplar")
+WARMUP_LESSONS = ("oracle", "exemplar", "lost_case")
 #: ``--trainer``: the benchmark's lesson-reading trainer, or one of the library's.
 TRAINERS = ("reading", "static_experience", "complementary")
 
@@ -98,9 +99,11 @@ class AllLessonsTrainer(LessonReadingTrainer):
 
 def lesson_text(kind: str, index: int, branch_length: int = 2) -> str:
     """The lesson about dungeon ``index`` in one format: ``"oracle"`` (the benchmark's
-    sentence), ``"inverted"`` (its opposite) or ``"exemplar"`` (what the exemplar memory
+    sentence), ``"inverted"`` (its opposite), ``"exemplar"`` (what the exemplar memory
     stores after a straight win: the task and the winning moves,
-    :func:`~comprl_gym.experience.exemplar.exemplar_lesson`)."""
+    :func:`~comprl_gym.experience.exemplar.exemplar_lesson`) or ``"lost_case"`` (what the
+    case memory stores after a loss: the task and the one step into the wrong branch; the
+    side to take is the other one)."""
     from comprl_gym.envs.memory import dungeon, inverted_lesson, oracle_lesson
     from comprl_gym.envs.memory.dungeons import task_text
     from comprl_gym.experience.exemplar import exemplar_lesson
@@ -108,6 +111,10 @@ def lesson_text(kind: str, index: int, branch_length: int = 2) -> str:
     if kind == "exemplar":
         d = dungeon(index)
         return exemplar_lesson(task_text("fork", d), [d.side] * branch_length, won=True)
+    if kind == "lost_case":
+        d = dungeon(index)
+        wrong = "east" if d.side == "west" else "west"
+        return exemplar_lesson(task_text("fork", d), [wrong], won=False, keep_losses=True)
     if kind in ("oracle", "inverted"):
         return (oracle_lesson if kind == "oracle" else inverted_lesson)(index)
     raise ValueError(f"unknown lesson kind {kind!r}")
@@ -118,7 +125,8 @@ def first_prompts(
 ) -> list[dict[str, Any]]:
     """Every dungeon of ``split``: the token ids of the actor's first prompt with the
     ``lesson`` (a kind of :func:`lesson_text`) in its system message, the answer token of
-    each side, the side the lesson names and the side that wins."""
+    each side, the side the lesson points to (the other one for a lost case) and the side
+    that wins."""
     import gymnasium as gym
 
     import comprl_gym  # noqa: F401  (registers the ids)
@@ -343,7 +351,7 @@ def learning_arms(trainer: Any, root: Path) -> dict[str, Any]:
     from comprl_gym.evaluation.streaming import Arm
     from comprl_gym.experience.exemplar import exemplar_lesson
 
-    own, exemplar = open_store(root / "own"), open_store(root / "exemplar")
+    own, exemplar, cases = (open_store(root / name) for name in ("own", "exemplar", "cases"))
     extractor = trainer.extractor
 
     def distil(episode: Any) -> None:
@@ -355,7 +363,17 @@ def learning_arms(trainer: Any, root: Path) -> dict[str, Any]:
         if lesson:
             exemplar.add([lesson], env_family="memory")
 
-    return {"own": Arm("own", own, distil), "exemplar": Arm("exemplar", exemplar, remember)}
+    def record(episode: Any) -> None:
+        actions = [t.action for t in episode.turns]
+        lesson = exemplar_lesson(episode.task, actions, episode.won, keep_losses=True)
+        if lesson:
+            cases.add([lesson], env_family="memory")
+
+    return {
+        "own": Arm("own", own, distil),
+        "exemplar": Arm("exemplar", exemplar, remember),
+        "cases": Arm("cases", cases, record),
+    }
 
 
 def shown_own_dungeon(record: dict[str, Any]) -> bool:
@@ -467,8 +485,8 @@ def main() -> int:
         "--reading-warmup",
         type=int,
         default=0,
-        help="supervised steps (8 training dungeons each) teaching the actor to follow the "
-        "oracle lesson before GRPO (0: none; see reading_warmup)",
+        help="supervised steps (8 training dungeons each) teaching the actor to follow its "
+        "dungeon's lesson (--warmup-lessons formats) before GRPO (0: none; see reading_warmup)",
     )
     parser.add_argument("--warmup-lr", type=float, default=1.0e-3, help="its learning rate")
     parser.add_argument(
@@ -477,13 +495,14 @@ def main() -> int:
     parser.add_argument(
         "--load-reader",
         default="",
-        help="start from a --save-reader file instead of a warm-up (the same reader in every run)",
+        help="start from a --save-reader file (the same reader in every run); --reading-warmup "
+        "then adds that many steps",
     )
     parser.add_argument(
         "--warmup-lessons",
-        default="oracle,exemplar",
+        default=",".join(WARMUP_LESSONS),
         help="lesson formats the warm-up shows, comma-separated, from "
-        f"{', '.join(WARMUP_LESSONS)} (the committed reading run before 2026-12-02: oracle)",
+        f"{', '.join(WARMUP_LESSONS)} (experience_transfer_reading.json: oracle only)",
     )
     parser.add_argument("--lr", type=float, default=4.0e-4, help="the actor's learning rate")
     parser.add_argument(
@@ -508,6 +527,9 @@ def main() -> int:
         parser.error("--train-tasks: between 1 and 192 (the training split)")
     if args.trainer != "reading" and args.all_with_lessons:
         parser.error("--all-with-lessons is the reading trainer's (the library's keep both halves)")
+    for flag, path in (("--load-reader", args.load_reader), ("--paired-with", args.paired_with)):
+        if path and not Path(path).is_file():
+            parser.error(f"{flag}: no file {path}")
     other = json.loads(Path(args.paired_with).read_text())["episodes"] if args.paired_with else None
 
     from comprl_gym.env_factory import EnvSpec
@@ -566,9 +588,9 @@ def main() -> int:
             # 1. Train it to read.
             t0 = time.perf_counter()
             warmup_losses = []
-            if args.load_reader:
+            if args.load_reader:  # then --reading-warmup steps more, if any
                 load_reader(trainer, Path(args.load_reader))
-            elif args.reading_warmup:
+            if args.reading_warmup:
                 warmup_losses = reading_warmup(trainer, args)
                 if args.save_reader:
                     save_reader(trainer, Path(args.save_reader))
@@ -599,7 +621,7 @@ def main() -> int:
             )
             store_texts = {
                 name: [e.text for e in arms[name].manager.experiences()]
-                for name in ("own", "exemplar")
+                for name in ("own", "exemplar", "cases")
                 if name in arm_names
             }
             store_texts["training_run"] = run_store

@@ -53,6 +53,22 @@ def test_the_warmups_exemplar_is_what_the_exemplar_memory_stores_after_a_win(ind
     assert bench.lesson_text("exemplar", index, branch_length=2) == stored
 
 
+@pytest.mark.parametrize("index", list(pool("train"))[:3])
+def test_the_warmups_lost_case_is_what_the_case_memory_stores_after_a_loss(index):
+    env = gym.make(
+        bench.ENV_ID, split="train", moves="open", observation_mode="compact", branch_length=2
+    )
+    wrong = "east" if dungeon(index).side == "west" else "west"
+    try:
+        episode = run_episode(env, Walker(wrong), list(env.unwrapped.pool).index(index))
+    finally:
+        env.close()
+    assert not episode.won and [t.action for t in episode.turns] == [wrong]  # lost at once
+    stored = exemplar_lesson(episode.task, [wrong], episode.won, keep_losses=True)
+    assert bench.lesson_text("lost_case", index, branch_length=2) == stored
+    assert exemplar_lesson(episode.task, [wrong], episode.won) is None  # the win-only memory
+
+
 def test_lesson_text_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown lesson kind"):
         bench.lesson_text("rumour", 0)
@@ -94,7 +110,7 @@ def test_a_saved_reader_starts_a_library_trainer_paired_with_the_first_run(tmp_p
     )  # fmt: skip
     a = json.loads(first.with_suffix(".json").read_text())
     b = json.loads(second.with_suffix(".json").read_text())
-    assert a["reading_warmup"]["lessons"] == ["oracle", "exemplar"]
+    assert a["reading_warmup"]["lessons"] == ["oracle", "exemplar", "lost_case"]
     assert len(a["reading_warmup"]["losses"]) == 2
     assert b["reading_warmup"]["loaded_from"] == "reader.pt" and b["reading_warmup"]["losses"] == []
     assert b["config"]["algorithm"] == "complementary" and b["config"]["task_pool"] == 4
