@@ -37,11 +37,27 @@ run on the tiny random model.
 
     python benchmarks/bench_experience_transfer.py [--iterations 10] [--tasks 64] [--visits 3]
 
-The committed ``experience_transfer_reading.json``:
+The committed results (``R=benchmarks/results``; ``B="python benchmarks/bench_experience_transfer.py
+--groups 4 --lora-layers 0 --tasks 64"``):
 
-    python benchmarks/bench_experience_transfer.py --all-with-lessons --reading-warmup 40 \
-        --iterations 2 --groups 4 --lr 1e-3 --lora-layers 0 --tasks 64 --visits 2 \
-        --out benchmarks/results/experience_transfer_reading
+    # experience_transfer_reading.json: a reader of the oracle's phrasing only
+    $B --all-with-lessons --reading-warmup 40 --warmup-lessons oracle --iterations 2 \
+        --lr 1e-3 --visits 2 --out $R/experience_transfer_reading
+    # experience_transfer_streaming_reader60.json: 60 steps on the oracle's and the exemplar's
+    # formats; saves the reader the runs below start from
+    $B --all-with-lessons --reading-warmup 60 --warmup-lessons oracle,exemplar \
+        --save-reader reader60.pt --iterations 2 --lr 1e-3 --visits 3 \
+        --out $R/experience_transfer_streaming_reader60
+    # experience_transfer_streaming.json: 36 steps more with lost cases too
+    $B --all-with-lessons --load-reader reader60.pt --reading-warmup 36 --iterations 2 \
+        --lr 1e-3 --visits 3 --out $R/experience_transfer_streaming
+    # extractor_memory_{static,complementary}.json: the library's trainers from that reader,
+    # 8 training dungeons, the run's extractor streaming held-out dungeons ('own')
+    $B --trainer static_experience --load-reader reader60.pt --train-tasks 8 --iterations 6 \
+        --lr 1e-4 --visits 2 --arms none,own,oracle --out $R/extractor_memory_static
+    $B --trainer complementary --load-reader reader60.pt --train-tasks 8 --iterations 6 \
+        --lr 1e-4 --visits 2 --arms none,own,oracle \
+        --paired-with $R/extractor_memory_static.json --out $R/extractor_memory_complementary
 """
 
 from __future__ import annotations
@@ -596,15 +612,23 @@ def main() -> int:
                     save_reader(trainer, Path(args.save_reader))
             trainer.train()
             train_s = time.perf_counter() - t0
+            rows = trainer.metrics.read()
             curve = [
                 {
                     "iteration": r["step"],
                     "with_experience": r.get("with_experience/success"),
                     "without_experience": r.get("without_experience/success"),
                 }
-                for r in trainer.metrics.read()
+                for r in rows
             ]
-            extractor_updates = list(getattr(trainer, "extractor_stats", []))
+            # The extractor's per-iteration metrics (its CISPO update's grad norm, samples and
+            # rewards where it took one; counts of what it wrote), from the run's metrics log.
+            extractor_metrics = [
+                {"iteration": r["step"]}
+                | {k: v for k, v in r.items() if k.startswith("extractor/") or k == "store_size"}
+                for r in rows
+                if any(k.startswith("extractor/") for k in r)
+            ]
             run_store = [e.text for e in trainer.manager.experiences()] if trainer.manager else []
             # 3. Stream the held-out dungeons with every arm.
             arms = {"none": Arm("none"), **learning_arms(trainer, root)}
@@ -641,9 +665,9 @@ def main() -> int:
         "visits": args.visits,
         "config": train_config(args, Path("."), Path("store")),
         "training_curve": curve,
-        # The extractor's CISPO updates (complementary): one row per update, with its
-        # gradient norm and the batch's rewards; empty for a frozen extractor.
-        "extractor_updates": extractor_updates,
+        # Per iteration: the extractor's counts and, where it took a CISPO update, the
+        # update's grad norm, samples and rewards (a frozen extractor takes none).
+        "extractor_metrics": extractor_metrics,
         "reading_warmup": {
             "steps": args.reading_warmup,
             "lr": args.warmup_lr,

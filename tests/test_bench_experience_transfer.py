@@ -128,3 +128,6 @@ def test_a_saved_reader_starts_a_library_trainer_paired_with_the_first_run(tmp_p
     paired = b["paired_with"]["this_minus_that"]
     assert paired["all"]["pairs"] == 6 and set(paired) == {"1", "2", "all"}
     assert "training_run" in b["store_texts"]
+    # The extractor's metrics of each training iteration (what issue 30's table reports).
+    [row] = b["extractor_metrics"]
+    assert row["iteration"] == 1 and "extractor/updates" in row
