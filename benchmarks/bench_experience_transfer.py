@@ -48,9 +48,10 @@ The committed results (``R=benchmarks/results``; ``B="python benchmarks/bench_ex
     $B --all-with-lessons --reading-warmup 60 --warmup-lessons oracle,exemplar \
         --save-reader reader60.pt --iterations 2 --lr 1e-3 --visits 3 \
         --out $R/experience_transfer_streaming_reader60
-    # experience_transfer_streaming.json: 36 steps more with lost cases too
+    # experience_transfer_streaming_lost_cases.json: 36 steps more with lost cases too (a
+    # fresh AdamW at 1e-3 on the trained reader: it unlearnt reading; see the README)
     $B --all-with-lessons --load-reader reader60.pt --reading-warmup 36 --iterations 2 \
-        --lr 1e-3 --visits 3 --out $R/experience_transfer_streaming
+        --lr 1e-3 --visits 3 --out $R/experience_transfer_streaming_lost_cases
     # extractor_memory_{static,complementary}.json: the library's trainers from that reader,
     # 8 training dungeons, the run's extractor streaming held-out dungeons ('own')
     $B --trainer static_experience --load-reader reader60.pt --train-tasks 8 --iterations 6 \
