@@ -52,6 +52,10 @@ The committed results (``R=benchmarks/results``; ``B="python benchmarks/bench_ex
     # fresh AdamW at 1e-3 on the trained reader: it unlearnt reading; see the README)
     $B --all-with-lessons --load-reader reader60.pt --reading-warmup 36 --iterations 2 \
         --lr 1e-3 --visits 3 --out $R/experience_transfer_streaming_lost_cases
+    # experience_transfer_cases.json: the same 36 steps at --warmup-lr 3e-4; reading kept
+    $B --all-with-lessons --load-reader reader60.pt --reading-warmup 36 --warmup-lr 3e-4 \
+        --iterations 1 --lr 1e-4 --visits 2 --arms none,exemplar,cases,inverted,oracle \
+        --out $R/experience_transfer_cases
     # extractor_memory_{static,complementary}.json: the library's trainers from that reader,
     # 8 training dungeons, the run's extractor streaming held-out dungeons ('own')
     $B --trainer static_experience --load-reader reader60.pt --train-tasks 8 --iterations 6 \
