@@ -379,21 +379,21 @@ def learning_arms(trainer: Any, root: Path) -> dict[str, Any]:
         extractor.manager = own
         extractor.write(episode, actor_step=trainer.iteration)
 
-    def remember(episode: Any) -> None:
-        lesson = exemplar_lesson(episode.task, [t.action for t in episode.turns], episode.won)
-        if lesson:
-            exemplar.add([lesson], env_family="memory")
+    def case_memory(store: Any, keep_losses: bool) -> Any:
+        """Store each episode's actions verbatim (wins only, or wins and losses)."""
 
-    def record(episode: Any) -> None:
-        actions = [t.action for t in episode.turns]
-        lesson = exemplar_lesson(episode.task, actions, episode.won, keep_losses=True)
-        if lesson:
-            cases.add([lesson], env_family="memory")
+        def learn(episode: Any) -> None:
+            actions = [t.action for t in episode.turns]
+            lesson = exemplar_lesson(episode.task, actions, episode.won, keep_losses=keep_losses)
+            if lesson:
+                store.add([lesson], env_family="memory")
+
+        return learn
 
     return {
         "own": Arm("own", own, distil),
-        "exemplar": Arm("exemplar", exemplar, remember),
-        "cases": Arm("cases", cases, record),
+        "exemplar": Arm("exemplar", exemplar, case_memory(exemplar, keep_losses=False)),
+        "cases": Arm("cases", cases, case_memory(cases, keep_losses=True)),
     }
 
 
