@@ -38,7 +38,8 @@ run on the tiny random model.
     python benchmarks/bench_experience_transfer.py [--iterations 10] [--tasks 64] [--visits 3]
 
 The committed results (``R=benchmarks/results``; ``B="python benchmarks/bench_experience_transfer.py
---groups 4 --lora-layers 0 --tasks 64"``):
+--groups 4 --lora-layers 0 --tasks 64"``; the warm-ups before the last run showed each
+training dungeon's lesson for its own side only: add ``--warmup-sides true`` to repeat them):
 
     # experience_transfer_reading.json: a reader of the oracle's phrasing only
     $B --all-with-lessons --reading-warmup 40 --warmup-lessons oracle --iterations 2 \
@@ -63,6 +64,14 @@ The committed results (``R=benchmarks/results``; ``B="python benchmarks/bench_ex
     $B --trainer complementary --load-reader reader60.pt --train-tasks 8 --iterations 6 \
         --lr 1e-4 --visits 2 --arms none,own,oracle \
         --paired-with $R/extractor_memory_static.json --out $R/extractor_memory_complementary
+    # experience_transfer_streaming_both_sides.json: a new reader, 72 warm-up steps on all
+    # three formats, each training dungeon's lesson written for both sides (--warmup-sides both)
+    $B --all-with-lessons --reading-warmup 72 --save-reader reader_both72.pt --iterations 1 \
+        --lr 1e-4 --visits 3 --out $R/experience_transfer_streaming_both_sides
+    # experience_transfer_streaming_both_sides_grpo.json: that reader, 2 GRPO iterations at 1e-3
+    $B --all-with-lessons --load-reader reader_both72.pt --iterations 2 --lr 1e-3 --visits 3 \
+        --arms none,exemplar,cases,placebo,inverted,oracle \
+        --out $R/experience_transfer_streaming_both_sides_grpo
 """
 
 from __future__ import annotations
@@ -118,10 +127,11 @@ class AllLessonsTrainer(LessonReadingTrainer):
         return self.play_jobs(jobs)
 
 
-def lesson_text(kind: str, index: int, branch_length: int = 2) -> str:
-    """The lesson about dungeon ``index`` in one format: ``"oracle"`` (the benchmark's
-    sentence), ``"inverted"`` (its opposite), ``"exemplar"`` (what the exemplar memory
-    stores after a straight win: the task and the winning moves,
+def lesson_text(kind: str, index: int, branch_length: int = 2, side: str | None = None) -> str:
+    """The lesson about dungeon ``index`` in one format, written as if its stairs lay on
+    ``side`` (default: the dungeon's own side): ``"oracle"`` (the benchmark's sentence),
+    ``"inverted"`` (its opposite), ``"exemplar"`` (what the exemplar memory stores after a
+    straight win: the task and the winning moves,
     :func:`~comprl_gym.experience.exemplar.exemplar_lesson`) or ``"lost_case"`` (what the
     case memory stores after a loss: the task and the one step into the wrong branch; the
     side to take is the other one)."""
@@ -129,25 +139,35 @@ def lesson_text(kind: str, index: int, branch_length: int = 2) -> str:
     from comprl_gym.envs.memory.dungeons import task_text
     from comprl_gym.experience.exemplar import exemplar_lesson
 
+    d = dungeon(index)
+    side = side or d.side
+    if side not in ("east", "west"):
+        raise ValueError(f"side must be east or west, not {side!r}")
+    other = "east" if side == "west" else "west"
     if kind == "exemplar":
-        d = dungeon(index)
-        return exemplar_lesson(task_text("fork", d), [d.side] * branch_length, won=True)
+        return exemplar_lesson(task_text("fork", d), [side] * branch_length, won=True)
     if kind == "lost_case":
-        d = dungeon(index)
-        wrong = "east" if d.side == "west" else "west"
-        return exemplar_lesson(task_text("fork", d), [wrong], won=False, keep_losses=True)
+        return exemplar_lesson(task_text("fork", d), [other], won=False, keep_losses=True)
     if kind in ("oracle", "inverted"):
-        return (oracle_lesson if kind == "oracle" else inverted_lesson)(index)
+        # The inverted lesson is the oracle's sentence with the other side.
+        return (oracle_lesson if (kind == "oracle") == (side == d.side) else inverted_lesson)(index)
     raise ValueError(f"unknown lesson kind {kind!r}")
 
 
 def first_prompts(
-    split: str, lesson: str, tokenizer: Any, branch_length: int = 2, moves: str = "open"
+    split: str,
+    lesson: str,
+    tokenizer: Any,
+    branch_length: int = 2,
+    moves: str = "open",
+    sides: str = "true",
 ) -> list[dict[str, Any]]:
     """Every dungeon of ``split``: the token ids of the actor's first prompt with the
     ``lesson`` (a kind of :func:`lesson_text`) in its system message, the answer token of
-    each side, the side the lesson points to (the other one for a lost case) and the side
-    that wins."""
+    each side, the side the lesson points to (``named``: the other one for a lost case) and
+    the side that wins. ``sides="true"``: one prompt per dungeon, its lesson about the
+    dungeon's own side; ``"both"``: two, the lesson written for each side in turn, so that a
+    dungeon's name says nothing about the side its lesson names."""
     import gymnasium as gym
 
     import comprl_gym  # noqa: F401  (registers the ids)
@@ -162,34 +182,37 @@ def first_prompts(
         branch_length=branch_length,
     )
     examples = []
+    if sides not in ("true", "both"):
+        raise ValueError(f"sides must be 'true' or 'both', not {sides!r}")
     for index in range(len(env.unwrapped.pool)):
         obs, info = env.reset(options={"task_id": index})
         d = env.unwrapped.dungeon
-        text = lesson_text(lesson, d.index, branch_length)
         admissible = info["admissible_actions"]
-        messages = build_messages(
-            "memory", env.unwrapped.task, [], obs, admissible, config, experiences=[text]
-        )
         prefill, _ = answer_prefill(admissible, config)
-        prompt = (
-            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            + prefill
-        )
         answer = {
             side: tokenizer(str(admissible.index(side) + 1), add_special_tokens=False)["input_ids"][
                 0
             ]
             for side in ("east", "west")
         }
-        named = ("east" if d.side == "west" else "west") if lesson == "inverted" else d.side
-        examples.append(
-            {
-                "ids": tokenizer(prompt, add_special_tokens=False)["input_ids"],
-                "answer": answer,
-                "named": named,
-                "wins": d.side,
-            }
-        )
+        for side in (d.side,) if sides == "true" else ("east", "west"):
+            text = lesson_text(lesson, d.index, branch_length, side=side)
+            messages = build_messages(
+                "memory", env.unwrapped.task, [], obs, admissible, config, experiences=[text]
+            )
+            prompt = (
+                tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+                + prefill
+            )
+            named = ("east" if side == "west" else "west") if lesson == "inverted" else side
+            examples.append(
+                {
+                    "ids": tokenizer(prompt, add_special_tokens=False)["input_ids"],
+                    "answer": answer,
+                    "named": named,
+                    "wins": d.side,
+                }
+            )
     env.close()
     return examples
 
@@ -198,7 +221,10 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     """``--reading-warmup`` steps of supervised cross-entropy on the actor's first reply in
     the *training* dungeons, each shown its lesson in one of the ``--warmup-lessons`` formats
     (the oracle's sentence, the exemplar memory's winning moves; the label is the side it
-    names; the prompts are the agent's, :func:`first_prompts`), with a fresh AdamW
+    names; the prompts are the agent's, :func:`first_prompts`; ``--warmup-sides both``, the
+    default since 2026-12-02, writes every training dungeon's lesson for each side, so that
+    memorising the training dungeons' sides cannot lower the loss and only reading can), with a
+    fresh AdamW
     on the actor's LoRA. Not the library's training (the trainers learn from rewards): it
     makes an actor that reads, so that what lessons do to it can be measured. The held-out
     dungeons are never used. Returns the loss of every step."""
@@ -212,7 +238,12 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
         example
         for kind in args.warmup_lessons.split(",")
         for example in first_prompts(
-            "train", kind, actor.tokenizer, branch_length=args.branch_length, moves=args.moves
+            "train",
+            kind,
+            actor.tokenizer,
+            branch_length=args.branch_length,
+            moves=args.moves,
+            sides=args.warmup_sides,
         )
     ]
     params = [p for p in actor.model.parameters() if p.requires_grad]
@@ -525,6 +556,14 @@ def main() -> int:
         help="lesson formats the warm-up shows, comma-separated, from "
         f"{', '.join(WARMUP_LESSONS)} (experience_transfer_reading.json: oracle only)",
     )
+    parser.add_argument(
+        "--warmup-sides",
+        choices=("both", "true"),
+        default="both",
+        help="the sides the warm-up's lessons name: both (each training dungeon's lesson "
+        "written for each side; a dungeon's name says nothing about the answer) or true (its "
+        "own side only, the runs before 2026-12-02: the answer can be memorised per dungeon)",
+    )
     parser.add_argument("--lr", type=float, default=4.0e-4, help="the actor's learning rate")
     parser.add_argument(
         "--lora-layers",
@@ -677,6 +716,7 @@ def main() -> int:
             "steps": args.reading_warmup,
             "lr": args.warmup_lr,
             "lessons": args.warmup_lessons.split(","),
+            "sides": args.warmup_sides,
             "loaded_from": Path(args.load_reader).name if args.load_reader else None,
             "batch": 8,
             "losses": warmup_losses,

@@ -69,6 +69,39 @@ def test_the_warmups_lost_case_is_what_the_case_memory_stores_after_a_loss(index
     assert exemplar_lesson(episode.task, [wrong], episode.won) is None  # the win-only memory
 
 
+@pytest.mark.parametrize("index", list(pool("train"))[:2])
+def test_a_lesson_written_for_the_other_side_names_the_other_side(index):
+    d = dungeon(index)
+    other = "east" if d.side == "west" else "west"
+    # The oracle's sentence for the other side is the inverted lesson, word for word.
+    assert bench.lesson_text("oracle", index, side=other) == bench.lesson_text("inverted", index)
+    assert bench.lesson_text("inverted", index, side=other) == bench.lesson_text("oracle", index)
+    assert bench.lesson_text("exemplar", index, side=other).endswith(f"in order: {other}, {other}.")
+    # A lost case for the other side lost by walking the dungeon's own (winning) side.
+    assert bench.lesson_text("lost_case", index, side=other).endswith(f"in order: {d.side}.")
+
+
+def test_the_warmup_on_both_sides_makes_the_dungeon_name_useless():
+    # With sides="both" every training dungeon is shown once per side, so the answer the
+    # warm-up teaches (the side its lesson names) is independent of which dungeon it is.
+    from transformers import AutoTokenizer
+
+    from comprl_gym.llm.models import tiny_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
+    true = bench.first_prompts("train", "lost_case", tokenizer, sides="true")
+    both = bench.first_prompts("train", "lost_case", tokenizer, sides="both")
+    assert len(true) == len(pool("train")) and len(both) == 2 * len(true)
+    assert all(e["named"] == e["wins"] for e in true)
+    for e, f in zip(both[::2], both[1::2], strict=True):  # one dungeon's two prompts
+        assert e["wins"] == f["wins"] and {e["named"], f["named"]} == {"east", "west"}
+        # The lesson in the prompt says the other side lost: the named side is the one to take.
+        lost = "east" if e["named"] == "west" else "west"
+        assert f"lost it, in order: {lost}." in tokenizer.decode(e["ids"])
+    with pytest.raises(ValueError, match="sides"):
+        bench.first_prompts("train", "oracle", tokenizer, sides="random")
+
+
 def test_lesson_text_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown lesson kind"):
         bench.lesson_text("rumour", 0)
