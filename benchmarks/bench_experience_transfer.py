@@ -38,8 +38,10 @@ run on the tiny random model.
     python benchmarks/bench_experience_transfer.py [--iterations 10] [--tasks 64] [--visits 3]
 
 The committed results (``R=benchmarks/results``; ``B="python benchmarks/bench_experience_transfer.py
---groups 4 --lora-layers 0 --tasks 64"``; the warm-ups before the last run showed each
-training dungeon's lesson for its own side only: add ``--warmup-sides true`` to repeat them):
+--groups 4 --lora-layers 0 --tasks 64"``; the warm-ups before ``both_sides`` showed each
+training dungeon's lesson for its own side only, and those without ``--warmup-lessons`` used
+oracle, exemplar and lost_case: add ``--warmup-sides true --warmup-lessons
+oracle,exemplar,lost_case`` to repeat them):
 
     # experience_transfer_reading.json: a reader of the oracle's phrasing only
     $B --all-with-lessons --reading-warmup 40 --warmup-lessons oracle --iterations 2 \
@@ -66,12 +68,25 @@ training dungeon's lesson for its own side only: add ``--warmup-sides true`` to 
         --paired-with $R/extractor_memory_static.json --out $R/extractor_memory_complementary
     # experience_transfer_streaming_both_sides.json: a new reader, 72 warm-up steps on all
     # three formats, each training dungeon's lesson written for both sides (--warmup-sides both)
-    $B --all-with-lessons --reading-warmup 72 --save-reader reader_both72.pt --iterations 1 \
+    $B --all-with-lessons --reading-warmup 72 --warmup-lessons oracle,exemplar,lost_case \
+        --save-reader reader_both72.pt --iterations 1 \
         --lr 1e-4 --visits 3 --out $R/experience_transfer_streaming_both_sides
     # experience_transfer_streaming_both_sides_grpo.json: that reader, 2 GRPO iterations at 1e-3
     $B --all-with-lessons --load-reader reader_both72.pt --iterations 2 --lr 1e-3 --visits 3 \
         --arms none,exemplar,cases,placebo,inverted,oracle \
         --out $R/experience_transfer_streaming_both_sides_grpo
+    # experience_transfer_streaming_both_sides_read.json: 80 steps, oracle and exemplar only
+    $B --all-with-lessons --reading-warmup 80 --warmup-lessons oracle,exemplar \
+        --save-reader reader_both_oe80.pt --iterations 1 --lr 1e-4 --visits 3 \
+        --out $R/experience_transfer_streaming_both_sides_read
+    # experience_transfer_streaming_coin.json: the same with blind prompts labelled either side
+    $B --all-with-lessons --reading-warmup 80 --warmup-lessons oracle,exemplar,none \
+        --save-reader reader_coin80.pt --iterations 1 --lr 1e-4 --visits 3 \
+        --out $R/experience_transfer_streaming_coin
+    # experience_transfer_streaming_reader_coin.json: the _read reader, 30 steps with blind coins
+    $B --all-with-lessons --load-reader reader_both_oe80.pt --reading-warmup 30 --warmup-lr 3e-4 \
+        --save-reader reader_oe80_coin30.pt --iterations 1 --lr 1e-4 --visits 3 \
+        --out $R/experience_transfer_streaming_reader_coin
 """
 
 from __future__ import annotations
@@ -92,8 +107,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ENV_ID = "comprl/Memory-Fork-v0"
 RESULTS = Path(__file__).resolve().parent / "results"
 ARMS = ("none", "own", "exemplar", "cases", "placebo", "inverted", "oracle")
-#: The lesson formats the reading warm-up can teach (``--warmup-lessons``).
-WARMUP_LESSONS = ("oracle", "exemplar", "lost_case")
+#: The lesson formats the reading warm-up can teach (``--warmup-lessons``); ``none`` is the
+#: prompt with no lesson, labelled once with each side: a coin is all it can know.
+WARMUP_LESSONS = ("oracle", "exemplar", "lost_case", "none")
 #: ``--trainer``: the benchmark's lesson-reading trainer, or one of the library's.
 TRAINERS = ("reading", "static_experience", "complementary")
 
@@ -167,7 +183,9 @@ def first_prompts(
     each side, the side the lesson points to (``named``: the other one for a lost case) and
     the side that wins. ``sides="true"``: one prompt per dungeon, its lesson about the
     dungeon's own side; ``"both"``: two, the lesson written for each side in turn, so that a
-    dungeon's name says nothing about the side its lesson names."""
+    dungeon's name says nothing about the side its lesson names. ``lesson="none"``: the
+    prompt without a lesson, always once per side (``named`` each in turn), since without a
+    lesson no side is more likely than the other."""
     import gymnasium as gym
 
     import comprl_gym  # noqa: F401  (registers the ids)
@@ -195,10 +213,10 @@ def first_prompts(
             ]
             for side in ("east", "west")
         }
-        for side in (d.side,) if sides == "true" else ("east", "west"):
-            text = lesson_text(lesson, d.index, branch_length, side=side)
+        for side in (d.side,) if sides == "true" and lesson != "none" else ("east", "west"):
+            texts = [] if lesson == "none" else [lesson_text(lesson, d.index, branch_length, side)]
             messages = build_messages(
-                "memory", env.unwrapped.task, [], obs, admissible, config, experiences=[text]
+                "memory", env.unwrapped.task, [], obs, admissible, config, experiences=texts
             )
             prompt = (
                 tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -223,9 +241,9 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     (the oracle's sentence, the exemplar memory's winning moves; the label is the side it
     names; the prompts are the agent's, :func:`first_prompts`; ``--warmup-sides both``, the
     default since 2026-12-02, writes every training dungeon's lesson for each side, so that
-    memorising the training dungeons' sides cannot lower the loss and only reading can), with a
-    fresh AdamW
-    on the actor's LoRA. Not the library's training (the trainers learn from rewards): it
+    memorising the training dungeons' sides cannot lower the loss and only reading can; the
+    format ``none``, no lesson labelled with each side in turn, keeps the actor's blind first
+    move a coin rather than one side), with a fresh AdamW on the actor's LoRA. Not the library's training (the trainers learn from rewards): it
     makes an actor that reads, so that what lessons do to it can be measured. The held-out
     dungeons are never used. Returns the loss of every step."""
     import random
@@ -552,9 +570,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--warmup-lessons",
-        default=",".join(WARMUP_LESSONS),
+        default="oracle,exemplar,none",
         help="lesson formats the warm-up shows, comma-separated, from "
-        f"{', '.join(WARMUP_LESSONS)} (experience_transfer_reading.json: oracle only)",
+        f"{', '.join(WARMUP_LESSONS)} (default: the mix that learnt to read and keeps a blind "
+        "coin, experience_transfer_streaming_coin.json; with lost_case it stayed at a coin)",
     )
     parser.add_argument(
         "--warmup-sides",
@@ -601,6 +620,7 @@ def main() -> int:
         streaming_summary,
     )
     from comprl_gym.trainers import TrainConfig, make_trainer
+    from comprl_gym.utils import atomic_write_bytes
 
     started = time.perf_counter()
     held_out = list(pool("test"))[: args.tasks]
@@ -611,7 +631,7 @@ def main() -> int:
         if args.trainer == "reading":
             # Training dungeon i's lesson in the i-th warm-up format, in turn: GRPO keeps
             # reading every format the warm-up taught.
-            kinds = args.warmup_lessons.split(",")
+            kinds = [k for k in args.warmup_lessons.split(",") if k != "none"] or ["oracle"]
             train_store = fixed_store(
                 root / "train-store",
                 [
@@ -696,6 +716,12 @@ def main() -> int:
         finally:
             trainer.close()
     summary = streaming_summary(records)
+    # A lesson-shaped text alone moves the actor (the placebo is not none), so a memory's
+    # information is its difference from the placebo at the same visit.
+    placebo = streaming_summary(records, reference="placebo")
+    minus_placebo = {
+        arm: row["minus_placebo"] for arm, row in placebo.items() if "minus_placebo" in row
+    }
     retrieval = {
         name: sum(shown_own_dungeon(r) for r in records if r["arm"] == name)
         / max(1, sum(1 for r in records if r["arm"] == name))
@@ -725,6 +751,7 @@ def main() -> int:
         "wall_time_s": time.perf_counter() - started,
         "untrained": streaming_summary(before),
         "summary": summary,
+        "minus_placebo": minus_placebo,
         "shown_own_dungeons_lesson": retrieval,
         "store_texts": store_texts,
         "episodes": [
@@ -756,7 +783,7 @@ def main() -> int:
         }
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
+    atomic_write_bytes(stem.with_suffix(".json"), (json.dumps(out, indent=1) + "\n").encode())
     plot(summary, stem.with_suffix(".png"), args.visits)
     for arm, row in summary.items():
         visits = ", ".join(f"{v}: {row['visits'][v]['success']['mean']:.2f}" for v in row["visits"])

@@ -100,6 +100,11 @@ def test_the_warmup_on_both_sides_makes_the_dungeon_name_useless():
         assert f"lost it, in order: {lost}." in tokenizer.decode(e["ids"])
     with pytest.raises(ValueError, match="sides"):
         bench.first_prompts("train", "oracle", tokenizer, sides="random")
+    # Without a lesson nothing says which side: the blind prompt is labelled once with each.
+    blind = bench.first_prompts("train", "none", tokenizer, sides="true")
+    assert [e["named"] for e in blind[:4]] == ["east", "west", "east", "west"]
+    assert "Lessons learned" not in tokenizer.decode(blind[0]["ids"])
+    assert "Lessons learned" in tokenizer.decode(both[0]["ids"])
 
 
 def test_lesson_text_refuses_an_unknown_kind():
@@ -143,7 +148,8 @@ def test_a_saved_reader_starts_a_library_trainer_paired_with_the_first_run(tmp_p
     )  # fmt: skip
     a = json.loads(first.with_suffix(".json").read_text())
     b = json.loads(second.with_suffix(".json").read_text())
-    assert a["reading_warmup"]["lessons"] == ["oracle", "exemplar", "lost_case"]
+    assert a["reading_warmup"]["lessons"] == ["oracle", "exemplar", "none"]
+    assert a["reading_warmup"]["sides"] == "both"
     assert len(a["reading_warmup"]["losses"]) == 2
     assert b["reading_warmup"]["loaded_from"] == "reader.pt" and b["reading_warmup"]["losses"] == []
     assert b["config"]["algorithm"] == "complementary" and b["config"]["task_pool"] == 4

@@ -177,7 +177,10 @@ def streaming_summary(records: list[dict[str, Any]], reference: str = "none") ->
     ``reference`` arm the paired difference (same task, same visit, same seeds) with
     Newcombe's interval and McNemar's exact p, per visit and pooled (``minus_<reference>``);
     and each later visit minus the first, paired task by task within the arm
-    (``minus_visit_1``: whether the arm learns between visits).
+    (``minus_visit_1``: whether the arm learns between visits). A visit draws new sampling
+    seeds shared by every arm, so a lucky visit lifts every arm's ``minus_visit_1``, the
+    reference's too; that an arm's memory helps is its ``minus_<reference>`` at that visit
+    (equal first visits make it the arm's rise minus the reference's).
 
     Example:
         >>> records = [{"arm": arm, "visit": 1, "task_index": t, "won": won}
