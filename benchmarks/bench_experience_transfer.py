@@ -243,8 +243,9 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     default since 2026-12-02, writes every training dungeon's lesson for each side, so that
     memorising the training dungeons' sides cannot lower the loss and only reading can; the
     format ``none``, no lesson labelled with each side in turn, keeps the actor's blind first
-    move a coin rather than one side), with a fresh AdamW on the actor's LoRA. Not the library's training (the trainers learn from rewards): it
-    makes an actor that reads, so that what lessons do to it can be measured. The held-out
+    move a coin rather than one side), with a fresh AdamW on the actor's LoRA. Not the
+    library's training (the trainers learn from rewards): it makes an actor that reads, so
+    that what lessons do to it can be measured. The held-out
     dungeons are never used. Returns the loss of every step."""
     import random
 
