@@ -110,6 +110,8 @@ ARMS = ("none", "own", "exemplar", "cases", "placebo", "inverted", "oracle")
 #: The lesson formats the reading warm-up can teach (``--warmup-lessons``); ``none`` is the
 #: prompt with no lesson, labelled once with each side: a coin is all it can know.
 WARMUP_LESSONS = ("oracle", "exemplar", "lost_case", "none")
+#: ``--warmup-sides``: each training dungeon's lesson written for both sides, or its own only.
+WARMUP_SIDES = ("both", "true")
 #: ``--trainer``: the benchmark's lesson-reading trainer, or one of the library's.
 TRAINERS = ("reading", "static_experience", "complementary")
 
@@ -151,15 +153,13 @@ def lesson_text(kind: str, index: int, branch_length: int = 2, side: str | None 
     :func:`~comprl_gym.experience.exemplar.exemplar_lesson`) or ``"lost_case"`` (what the
     case memory stores after a loss: the task and the one step into the wrong branch; the
     side to take is the other one)."""
-    from comprl_gym.envs.memory import dungeon, inverted_lesson, oracle_lesson
+    from comprl_gym.envs.memory import dungeon, inverted_lesson, oracle_lesson, other_side
     from comprl_gym.envs.memory.dungeons import task_text
     from comprl_gym.experience.exemplar import exemplar_lesson
 
     d = dungeon(index)
     side = side or d.side
-    if side not in ("east", "west"):
-        raise ValueError(f"side must be east or west, not {side!r}")
-    other = "east" if side == "west" else "west"
+    other = other_side(side)  # (a ConfigurationError, a ValueError, for a bad side)
     if kind == "exemplar":
         return exemplar_lesson(task_text("fork", d), [side] * branch_length, won=True)
     if kind == "lost_case":
@@ -190,6 +190,7 @@ def first_prompts(
 
     import comprl_gym  # noqa: F401  (registers the ids)
     from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
+    from comprl_gym.envs.memory import other_side
 
     config = PromptConfig(conversation="multi_turn")
     env = gym.make(
@@ -200,8 +201,8 @@ def first_prompts(
         branch_length=branch_length,
     )
     examples = []
-    if sides not in ("true", "both"):
-        raise ValueError(f"sides must be 'true' or 'both', not {sides!r}")
+    if sides not in WARMUP_SIDES:
+        raise ValueError(f"sides must be one of {WARMUP_SIDES}, not {sides!r}")
     for index in range(len(env.unwrapped.pool)):
         obs, info = env.reset(options={"task_id": index})
         d = env.unwrapped.dungeon
@@ -222,7 +223,7 @@ def first_prompts(
                 tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
                 + prefill
             )
-            named = ("east" if side == "west" else "west") if lesson == "inverted" else side
+            named = other_side(side) if lesson == "inverted" else side
             examples.append(
                 {
                     "ids": tokenizer(prompt, add_special_tokens=False)["input_ids"],
@@ -578,7 +579,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--warmup-sides",
-        choices=("both", "true"),
+        choices=WARMUP_SIDES,
         default="both",
         help="the sides the warm-up's lessons name: both (each training dungeon's lesson "
         "written for each side; a dungeon's name says nothing about the answer) or true (its "

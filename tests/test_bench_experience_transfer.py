@@ -13,7 +13,8 @@ import pytest
 from conftest import REPO_ROOT
 
 import comprl_gym  # noqa: F401  (registers the ids)
-from comprl_gym.envs.memory import dungeon, pool
+from comprl_gym.agents.prompts import EXPERIENCE_HEADER
+from comprl_gym.envs.memory import dungeon, other_side, pool
 from comprl_gym.evaluation.streaming import compare_runs
 from comprl_gym.experience.exemplar import exemplar_lesson
 from comprl_gym.rollouts import run_episode
@@ -58,7 +59,7 @@ def test_the_warmups_lost_case_is_what_the_case_memory_stores_after_a_loss(index
     env = gym.make(
         bench.ENV_ID, split="train", moves="open", observation_mode="compact", branch_length=2
     )
-    wrong = "east" if dungeon(index).side == "west" else "west"
+    wrong = other_side(dungeon(index).side)
     try:
         episode = run_episode(env, Walker(wrong), list(env.unwrapped.pool).index(index))
     finally:
@@ -72,7 +73,7 @@ def test_the_warmups_lost_case_is_what_the_case_memory_stores_after_a_loss(index
 @pytest.mark.parametrize("index", list(pool("train"))[:2])
 def test_a_lesson_written_for_the_other_side_names_the_other_side(index):
     d = dungeon(index)
-    other = "east" if d.side == "west" else "west"
+    other = other_side(d.side)
     # The oracle's sentence for the other side is the inverted lesson, word for word.
     assert bench.lesson_text("oracle", index, side=other) == bench.lesson_text("inverted", index)
     assert bench.lesson_text("inverted", index, side=other) == bench.lesson_text("oracle", index)
@@ -96,20 +97,21 @@ def test_the_warmup_on_both_sides_makes_the_dungeon_name_useless():
     for e, f in zip(both[::2], both[1::2], strict=True):  # one dungeon's two prompts
         assert e["wins"] == f["wins"] and {e["named"], f["named"]} == {"east", "west"}
         # The lesson in the prompt says the other side lost: the named side is the one to take.
-        lost = "east" if e["named"] == "west" else "west"
-        assert f"lost it, in order: {lost}." in tokenizer.decode(e["ids"])
+        assert f"lost it, in order: {other_side(e['named'])}." in tokenizer.decode(e["ids"])
     with pytest.raises(ValueError, match="sides"):
         bench.first_prompts("train", "oracle", tokenizer, sides="random")
     # Without a lesson nothing says which side: the blind prompt is labelled once with each.
     blind = bench.first_prompts("train", "none", tokenizer, sides="true")
     assert [e["named"] for e in blind[:4]] == ["east", "west", "east", "west"]
-    assert "Lessons learned" not in tokenizer.decode(blind[0]["ids"])
-    assert "Lessons learned" in tokenizer.decode(both[0]["ids"])
+    assert EXPERIENCE_HEADER not in tokenizer.decode(blind[0]["ids"])
+    assert EXPERIENCE_HEADER in tokenizer.decode(both[0]["ids"])
 
 
 def test_lesson_text_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown lesson kind"):
         bench.lesson_text("rumour", 0)
+    with pytest.raises(ValueError, match="side must be one of"):
+        bench.lesson_text("oracle", 0, side="north")
 
 
 def test_two_runs_pair_only_on_the_same_seeds():

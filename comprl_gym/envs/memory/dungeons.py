@@ -301,6 +301,18 @@ def _lesson(d: Dungeon, fact: str) -> str:
     return f"In {d.name} {fact}"
 
 
+def other_side(side: str) -> str:
+    """The branch that is not ``side``.
+
+    Example:
+        >>> other_side("east"), other_side("west")
+        ('west', 'east')
+    """
+    if side not in SIDES:
+        raise ConfigurationError(f"side must be one of {SIDES}, got {side!r}")
+    return SIDES[1 - SIDES.index(side)]
+
+
 def oracle_lesson(task: int | str) -> str:
     """A correct lesson about one dungeon: which branch holds the stairs.
 
@@ -322,8 +334,7 @@ def inverted_lesson(task: int | str) -> str:
         'In the Vault of Marrow the staircase down is at the end of the east branch.'
     """
     d = dungeon(task)
-    other = SIDES[1 - SIDES.index(d.side)]
-    return _lesson(d, f"the staircase down is at the end of the {other} branch.")
+    return _lesson(d, f"the staircase down is at the end of the {other_side(d.side)} branch.")
 
 
 #: The placebo's words after the dungeon's name: as many words as the oracle's (11), one
@@ -390,6 +401,7 @@ __all__ = [
     "inverted_lesson",
     "inverted_rule_lesson",
     "oracle_lesson",
+    "other_side",
     "placebo_lesson",
     "pool",
     "rule_lesson",
