@@ -632,7 +632,7 @@ def main() -> int:
         root = Path(tmp)
         if args.trainer == "reading":
             # Training dungeon i's lesson in the i-th warm-up format, in turn: GRPO keeps
-            # reading every format the warm-up taught.
+            # reading every format the warm-up taught ("none" is a prompt, not a lesson).
             kinds = [k for k in args.warmup_lessons.split(",") if k != "none"] or ["oracle"]
             train_store = fixed_store(
                 root / "train-store",
