@@ -109,7 +109,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 ARMS = ("none", "own", "exemplar", "cases", "placebo", "inverted", "oracle")
 #: The lesson formats the reading warm-up can teach (``--warmup-lessons``); ``none`` is the
 #: prompt with no lesson, labelled once with each side: a coin is all it can know.
-WARMUP_LESSONS = ("oracle", "exemplar", "lost_case", "none")
+#: ``mismatched`` is another training dungeon's lesson (one whose name shares a word), also
+#: labelled once with each side: a record about a neighbour says nothing about this dungeon,
+#: and a streaming memory shows a neighbour's record to a dungeon it has none for.
+WARMUP_LESSONS = ("oracle", "exemplar", "lost_case", "none", "mismatched")
+#: Formats labelled with both sides whatever ``--warmup-sides`` says: nothing in them says which.
+COIN_LESSONS = ("none", "mismatched")
 #: ``--warmup-sides``: each training dungeon's lesson written for both sides, or its own only.
 WARMUP_SIDES = ("both", "true")
 #: ``--trainer``: the benchmark's lesson-reading trainer, or one of the library's.
@@ -170,6 +175,22 @@ def lesson_text(kind: str, index: int, branch_length: int = 2, side: str | None 
     raise ValueError(f"unknown lesson kind {kind!r}")
 
 
+def neighbour(index: int) -> int:
+    """The first dungeon after ``index`` in its pool (cyclically) whose name shares a word with
+    its own: the kind of record a memory retrieves for a dungeon it holds none about."""
+    from comprl_gym.envs.memory import dungeon, pool
+
+    d = dungeon(index)
+    indices = pool(d.split)
+    words = set(d.name.split()) - {"the", "of"}
+    start = indices.index(index)
+    for step in range(1, len(indices)):
+        other = indices[(start + step) % len(indices)]
+        if words & set(dungeon(other).name.split()):
+            return other
+    raise ValueError(f"no dungeon of {d.split} shares a word with {d.name}")
+
+
 def first_prompts(
     split: str,
     lesson: str,
@@ -185,12 +206,14 @@ def first_prompts(
     dungeon's own side; ``"both"``: two, the lesson written for each side in turn, so that a
     dungeon's name says nothing about the side its lesson names. ``lesson="none"``: the
     prompt without a lesson, always once per side (``named`` each in turn), since without a
-    lesson no side is more likely than the other."""
+    lesson no side is more likely than the other; ``"mismatched"``: likewise, with the
+    lesson of :func:`neighbour` (the oracle's sentence for even pool positions, the
+    exemplar's moves for odd ones)."""
     import gymnasium as gym
 
     import comprl_gym  # noqa: F401  (registers the ids)
     from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
-    from comprl_gym.envs.memory import other_side
+    from comprl_gym.envs.memory import SIDES, other_side
 
     config = PromptConfig(conversation="multi_turn")
     env = gym.make(
@@ -212,10 +235,16 @@ def first_prompts(
             side: tokenizer(str(admissible.index(side) + 1), add_special_tokens=False)["input_ids"][
                 0
             ]
-            for side in ("east", "west")
+            for side in SIDES
         }
-        for side in (d.side,) if sides == "true" and lesson != "none" else ("east", "west"):
-            texts = [] if lesson == "none" else [lesson_text(lesson, d.index, branch_length, side)]
+        for side in (d.side,) if sides == "true" and lesson not in COIN_LESSONS else SIDES:
+            if lesson == "none":
+                texts = []
+            elif lesson == "mismatched":
+                kind = ("oracle", "exemplar")[index % 2]
+                texts = [lesson_text(kind, neighbour(d.index), branch_length)]
+            else:
+                texts = [lesson_text(lesson, d.index, branch_length, side)]
             messages = build_messages(
                 "memory", env.unwrapped.task, [], obs, admissible, config, experiences=texts
             )
@@ -244,7 +273,9 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     default since 2026-12-02, writes every training dungeon's lesson for each side, so that
     memorising the training dungeons' sides cannot lower the loss and only reading can; the
     format ``none``, no lesson labelled with each side in turn, keeps the actor's blind first
-    move a coin rather than one side), with a fresh AdamW on the actor's LoRA. Not the
+    move a coin rather than one side; ``mismatched``, a neighbour's lesson labelled likewise,
+    teaches that a record about another dungeon is no evidence), with a fresh AdamW on the
+    actor's LoRA. Not the
     library's training (the trainers learn from rewards): it makes an actor that reads, so
     that what lessons do to it can be measured. The held-out
     dungeons are never used. Returns the loss of every step."""
@@ -492,7 +523,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=10, help="training iterations")
     parser.add_argument("--groups", type=int, default=4, help="task groups per iteration (K=8)")
-    parser.add_argument("--tasks", type=int, default=64, help="held-out dungeons (at most 64)")
+    parser.add_argument(
+        "--tasks", type=int, default=64, help="held-out dungeons (at most the pool's size)"
+    )
+    parser.add_argument(
+        "--held-out",
+        choices=("test", "test_large"),
+        default="test",
+        help="the held-out pool: test (64 dungeons, every run before 2026-12-03) or test_large "
+        "(256 dungeons whose names share no word with the training pool's)",
+    )
+    parser.add_argument(
+        "--untrained-tasks",
+        type=int,
+        default=None,
+        help="held-out dungeons the untrained actor plays (default: --tasks; 0: skip, e.g. "
+        "when a saved reader is loaded and the untrained rates are on record)",
+    )
     parser.add_argument("--visits", type=int, default=3, help="visits to each held-out dungeon")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=5, help="step limit (family default 5)")
@@ -604,6 +651,15 @@ def main() -> int:
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown:
         parser.error(f"--arms: unknown {sorted(unknown)}; choose from {ARMS}")
+    from comprl_gym.envs.memory import pool
+
+    if not 1 <= args.tasks <= len(pool(args.held_out)):
+        parser.error(
+            f"--tasks: between 1 and {len(pool(args.held_out))} (the {args.held_out} pool)"
+        )
+    untrained_tasks = args.tasks if args.untrained_tasks is None else args.untrained_tasks
+    if not 0 <= untrained_tasks <= args.tasks:
+        parser.error("--untrained-tasks: between 0 and --tasks")
     if not 1 <= args.train_tasks <= 192:
         parser.error("--train-tasks: between 1 and 192 (the training split)")
     if args.trainer != "reading" and args.all_with_lessons:
@@ -614,7 +670,7 @@ def main() -> int:
     other = json.loads(Path(args.paired_with).read_text())["episodes"] if args.paired_with else None
 
     from comprl_gym.env_factory import EnvSpec
-    from comprl_gym.envs.memory import inverted_lesson, oracle_lesson, placebo_lesson, pool
+    from comprl_gym.envs.memory import inverted_lesson, oracle_lesson, placebo_lesson
     from comprl_gym.evaluation.streaming import (
         Arm,
         compare_runs,
@@ -625,15 +681,17 @@ def main() -> int:
     from comprl_gym.utils import atomic_write_bytes
 
     started = time.perf_counter()
-    held_out = list(pool("test"))[: args.tasks]
+    held_out = list(pool(args.held_out))[: args.tasks]
     tasks = list(range(len(held_out)))  # reset seed t plays held-out dungeon t
-    spec = EnvSpec.of(ENV_ID, {**env_kwargs(args, "test"), "max_steps": args.max_steps})
+    spec = EnvSpec.of(ENV_ID, {**env_kwargs(args, args.held_out), "max_steps": args.max_steps})
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if args.trainer == "reading":
             # Training dungeon i's lesson in the i-th warm-up format, in turn: GRPO keeps
-            # reading every format the warm-up taught ("none" is a prompt, not a lesson).
-            kinds = [k for k in args.warmup_lessons.split(",") if k != "none"] or ["oracle"]
+            # reading every format the warm-up taught (the coin formats teach not to).
+            kinds = [k for k in args.warmup_lessons.split(",") if k not in COIN_LESSONS] or [
+                "oracle"
+            ]
             train_store = fixed_store(
                 root / "train-store",
                 [
@@ -657,15 +715,19 @@ def main() -> int:
                 )
             }
             # 2. The untrained actor: does it read a lesson at all?
-            before = run_streaming(
-                spec,
-                tasks,
-                1,
-                [Arm("none"), Arm("oracle", stores["oracle"])],
-                trainer.agent(seed=args.seed, temperature=1.0),
-                seed=args.seed,
-                agent_label="untrained",
-                progress=not args.quick,
+            before = (
+                run_streaming(
+                    spec,
+                    tasks[:untrained_tasks],
+                    1,
+                    [Arm("none"), Arm("oracle", stores["oracle"])],
+                    trainer.agent(seed=args.seed, temperature=1.0),
+                    seed=args.seed,
+                    agent_label="untrained",
+                    progress=not args.quick,
+                )
+                if untrained_tasks
+                else []
             )
             # 1. Train it to read.
             t0 = time.perf_counter()
@@ -733,6 +795,7 @@ def main() -> int:
     out = {
         "benchmark": "experience_transfer",
         "env_id": ENV_ID,
+        "held_out_pool": args.held_out,
         "held_out_dungeons": held_out,
         "visits": args.visits,
         "config": train_config(args, Path("."), Path("store")),
@@ -751,7 +814,7 @@ def main() -> int:
         },
         "train_time_s": train_s,
         "wall_time_s": time.perf_counter() - started,
-        "untrained": streaming_summary(before),
+        "untrained": streaming_summary(before) if before else None,
         "summary": summary,
         "minus_placebo": minus_placebo,
         "shown_own_dungeons_lesson": retrieval,

@@ -107,6 +107,32 @@ def test_the_warmup_on_both_sides_makes_the_dungeon_name_useless():
     assert EXPERIENCE_HEADER in tokenizer.decode(both[0]["ids"])
 
 
+def test_a_neighbours_lesson_is_labelled_a_coin():
+    # The mismatched format shows each training dungeon another dungeon's lesson, one whose
+    # name shares a word (what a memory retrieves for a dungeon it has no record of), and
+    # labels it once with each side: it says nothing about this dungeon.
+    from transformers import AutoTokenizer
+
+    from comprl_gym.llm.models import tiny_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
+    prompts = bench.first_prompts("train", "mismatched", tokenizer, sides="true")
+    assert len(prompts) == 2 * len(pool("train"))
+    for k, index in enumerate(list(pool("train"))[:6]):
+        e, f = prompts[2 * k], prompts[2 * k + 1]
+        assert (e["named"], f["named"]) == ("east", "west") and e["ids"] == f["ids"]
+        other = dungeon(bench.neighbour(index))
+        own = dungeon(index)
+        assert other.index != own.index and other.split == "train"
+        assert set(other.name.split()) - {"the", "of"} & set(own.name.split())
+        text = tokenizer.decode(e["ids"])
+        assert EXPERIENCE_HEADER in text and other.name in text
+        # The own name is in the task; the lessons (after the header) name only the other.
+        # (The user's turn says "Task: ..." twice: the task line and the observation's.)
+        lessons = text.split(EXPERIENCE_HEADER, 1)[1].rsplit("Task:", 2)[0]
+        assert other.name in lessons and own.name not in lessons
+
+
 def test_lesson_text_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown lesson kind"):
         bench.lesson_text("rumour", 0)

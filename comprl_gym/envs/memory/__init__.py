@@ -35,6 +35,7 @@ Example:
 from comprl_gym.envs.memory.dungeons import (
     BRANCH_LENGTH,
     DUNGEON_NAMES,
+    SIDES,
     SPLITS,
     VARIANTS,
     Dungeon,
@@ -95,6 +96,7 @@ __getattr__ = lazy_exports(__name__, {"MemoryTextEnv": "comprl_gym.envs.memory.e
 __all__ = [
     "BRANCH_LENGTH",
     "DUNGEON_NAMES",
+    "SIDES",
     "SPEC",
     "SPLITS",
     "VARIANTS",

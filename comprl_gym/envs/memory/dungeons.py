@@ -22,8 +22,11 @@ into it, so only the first choice of side matters.
   dungeons never visited.
 
 Task pools (``split``): dungeon indices ``0..191`` are the ``train`` pool and ``192..255`` the
-``test`` (held-out) pool. They are disjoint by construction: an env of one split maps every
-seed into its own index range and refuses a ``task_id`` of the other.
+``test`` (held-out) pool. ``256..511`` are ``test_large``, a second held-out pool of 256
+dungeons whose names share no word with any other pool's (added 2026-12-03 for evaluations
+that need more held-out tasks than 64: the dungeons 0..255 are unchanged). The pools are
+disjoint by construction: an env of one split maps every seed into its own index range and
+refuses a ``task_id`` of another.
 
 Example:
     >>> d = dungeon("the Vault of Marrow")
@@ -44,7 +47,8 @@ from dataclasses import dataclass
 
 from comprl_gym.core import ConfigurationError
 
-#: Bump when the generated dungeons change (names, sides, landmarks, des-files).
+#: Bump when the generated dungeons change (names, sides, landmarks, des-files). Adding the
+#: ``test_large`` pool did not: dungeons 0..255 are as they were.
 GENERATOR_VERSION = 1
 VARIANTS: tuple[str, ...] = ("fork", "landmark")
 SIDES: tuple[str, ...] = ("east", "west")
@@ -101,17 +105,62 @@ def _digest(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
-def _all_names() -> tuple[str, ...]:
-    names = [f"the {place} of {thing}" for place in _PLACES for thing in _THINGS]
+#: The ``test_large`` pool's words: none is a word of the lists above.
+_LARGE_PLACES = [
+    "Mire",
+    "Spire",
+    "Hollow",
+    "Bastion",
+    "Abyss",
+    "Chasm",
+    "Ossuary",
+    "Shrine",
+    "Gallery",
+    "Undercroft",
+    "Tomb",
+    "Sepulchre",
+    "Citadel",
+    "Quarry",
+    "Cistern",
+    "Reliquary",
+]
+_LARGE_THINGS = [
+    "Lanterns",
+    "Antlers",
+    "Cinders",
+    "Echoes",
+    "Wolves",
+    "Amber",
+    "Pearls",
+    "Sorrow",
+    "Storms",
+    "Copper",
+    "Feathers",
+    "Dust",
+    "Roots",
+    "Candles",
+    "Chains",
+    "Serpents",
+]
+
+
+def _names(places: list[str], things: list[str]) -> tuple[str, ...]:
+    names = [f"the {place} of {thing}" for place in places for thing in things]
     # A fixed order that mixes the words, the same in every Python version.
     return tuple(sorted(names, key=lambda name: _digest(f"order:{name}")))
 
 
-#: Every dungeon's name; a dungeon's index is its position here.
-DUNGEON_NAMES: tuple[str, ...] = _all_names()
+#: Every dungeon's name; a dungeon's index is its position here. The ``test_large`` names come
+#: after the first 256, so adding them left every earlier dungeon's index, side and landmark
+#: as they were.
+DUNGEON_NAMES: tuple[str, ...] = _names(_PLACES, _THINGS) + _names(_LARGE_PLACES, _LARGE_THINGS)
 N_DUNGEONS = len(DUNGEON_NAMES)
 #: Dungeon indices of each pool: disjoint ranges.
-SPLITS: dict[str, range] = {"train": range(0, 192), "test": range(192, N_DUNGEONS)}
+SPLITS: dict[str, range] = {
+    "train": range(0, 192),
+    "test": range(192, 256),
+    "test_large": range(256, N_DUNGEONS),
+}
 
 
 def slug(name: str) -> str:
@@ -160,7 +209,7 @@ class Dungeon:
 
     @property
     def split(self) -> str:
-        """The pool the dungeon belongs to: ``train`` or ``test``."""
+        """The pool the dungeon belongs to: ``train``, ``test`` or ``test_large``."""
         return next(name for name, pool in SPLITS.items() if self.index in pool)
 
     def task_id(self, variant: str) -> str:
@@ -197,11 +246,11 @@ def dungeon(task: int | str) -> Dungeon:
 
 
 def pool(split: str) -> range:
-    """Dungeon indices of ``split`` (``"train"`` or ``"test"``).
+    """Dungeon indices of ``split`` (``"train"``, ``"test"`` or ``"test_large"``).
 
     Example:
-        >>> pool("train"), pool("test")
-        (range(0, 192), range(192, 256))
+        >>> pool("train"), pool("test"), pool("test_large")
+        (range(0, 192), range(192, 256), range(256, 512))
     """
     if split not in SPLITS:
         raise ConfigurationError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
