@@ -55,8 +55,13 @@ def _store(tmp_path, name, lessons=()):
     return manager
 
 
+#: The episodes the exemplar arm's ``learn`` saw, in order (the fixture clears it).
+LEARNT: list[str] = []
+
+
 @pytest.fixture
 def records(tmp_path):
+    LEARNT.clear()
     fixed = {
         name: _store(tmp_path, name, [make(i) for i in HELD_OUT])
         for name, make in (
@@ -68,6 +73,7 @@ def records(tmp_path):
     memory = _store(tmp_path, "exemplar")
 
     def remember(episode):
+        LEARNT.append(episode.task)
         lesson = exemplar_lesson(episode.task, [t.action for t in episode.turns], episode.won)
         if lesson:
             memory.add([lesson], env_family="memory")
@@ -105,6 +111,19 @@ def test_every_arm_plays_each_episode_on_the_same_seeds(records):
     # A new sampling draw per visit, the same task.
     assert none[(0, 1)]["sampling_seed"] != none[(0, 2)]["sampling_seed"]
     assert none[(0, 1)]["task_id"] == none[(0, 2)]["task_id"]
+
+
+def test_a_learning_arm_learns_between_visits_only(records):
+    # Two visits: the store learns from visit 1's episodes, in task order, and not after
+    # visit 2 (nothing would read it).
+    visit_1 = [
+        r["task"] for r in sorted(_by(records, "exemplar").values(), key=_order) if r["visit"] == 1
+    ]
+    assert visit_1 == LEARNT and len(LEARNT) == len(TASKS)
+
+
+def _order(record):
+    return record["visit"], record["task_index"]
 
 
 def test_each_record_holds_the_lessons_its_episode_was_shown(records):

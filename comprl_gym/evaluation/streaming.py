@@ -91,7 +91,8 @@ def run_streaming(
     seed) or ``agent(env, sampling_seed) -> Agent``, a factory of one agent per episode
     (played one at a time). ``tasks`` are reset seeds of ``spec``'s env (its held-out split).
     The arms' envs read their store with ``inject_top_k`` lessons and never report outcomes;
-    an arm's ``learn`` sees a visit's episodes after the visit, in task order.
+    an arm's ``learn`` sees a visit's episodes after the visit, in task order (not after the
+    last visit, which nothing reads).
     """
     from tqdm import tqdm
 
@@ -135,7 +136,9 @@ def run_streaming(
                         )
                         record.setdefault("experiences", [])
                         records.append(record)
-                    if arm.learn is not None:  # the store learns between visits
+                    # The store learns between visits; after the last, nothing reads it (the
+                    # own arm's extractor would distil a whole visit for nobody).
+                    if arm.learn is not None and visit < visits:
                         for trajectory in trajectories:
                             if not trajectory.error:
                                 arm.learn(trajectory)
