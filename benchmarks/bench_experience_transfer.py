@@ -265,7 +265,9 @@ def first_prompts(
     return examples
 
 
-def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
+def reading_warmup(
+    trainer: Any, args: argparse.Namespace
+) -> tuple[list[float], dict[str, list[float | None]]]:
     """``--reading-warmup`` steps of supervised cross-entropy on the actor's first reply in
     the *training* dungeons, each shown its lesson in one of the ``--warmup-lessons`` formats
     (the oracle's sentence, the exemplar memory's winning moves; the label is the side it
@@ -275,19 +277,21 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     format ``none``, no lesson labelled with each side in turn, keeps the actor's blind first
     move a coin rather than one side; ``mismatched``, a neighbour's lesson labelled likewise,
     teaches that a record about another dungeon is no evidence), with a fresh AdamW on the
-    actor's LoRA. Not the
-    library's training (the trainers learn from rewards): it makes an actor that reads, so
-    that what lessons do to it can be measured. The held-out
-    dungeons are never used. Returns the loss of every step."""
+    actor's LoRA. Not the library's training (the trainers learn from rewards): it makes an
+    actor that reads, so that what lessons do to it can be measured. The held-out dungeons are
+    never used. Returns the loss of every step, and per format the mean loss of its examples
+    in each step (None in a step that drew none): a format the actor does not learn shows
+    there, where the pooled loss hides it."""
     import random
 
     import torch
     from tqdm import tqdm
 
     actor = trainer.actor
+    kinds = args.warmup_lessons.split(",")
     examples = [
-        example
-        for kind in args.warmup_lessons.split(",")
+        example | {"kind": kind}
+        for kind in kinds
         for example in first_prompts(
             "train",
             kind,
@@ -303,22 +307,28 @@ def reading_warmup(trainer: Any, args: argparse.Namespace) -> list[float]:
     rng = random.Random(args.seed)
     end = actor.tokenizer.eos_token_id
     actor.model.train()
-    losses = []
+    losses: list[float] = []
+    by_format: dict[str, list[float | None]] = {kind: [] for kind in kinds}
     for _ in tqdm(range(args.reading_warmup), desc="reading warm-up", disable=args.quick):
         loss = torch.zeros((), device=device)
+        step: dict[str, list[float]] = {kind: [] for kind in kinds}
         for e in rng.sample(examples, 8):
             # The answer's number, then the end of the reply (without it the actor learnt to
             # start the right number and went on repeating its digit: an invalid action).
             answer = e["answer"][e["named"]]
             ids = torch.tensor([[*e["ids"], answer]], device=device)
             logp = actor.model(ids).logits[0, -2:].float().log_softmax(-1)
-            loss = loss - (logp[0, answer] + logp[1, end]) / 16
+            term = -(logp[0, answer] + logp[1, end]) / 2  # the example's mean token loss
+            loss = loss + term / 8
+            step[e["kind"]].append(term.item())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(round(loss.item(), 4))
+        for kind, terms in step.items():
+            by_format[kind].append(round(sum(terms) / len(terms), 4) if terms else None)
     trainer.push_weights()
-    return losses
+    return losses, by_format
 
 
 def save_reader(trainer: Any, path: Path) -> None:
@@ -731,11 +741,12 @@ def main() -> int:
             )
             # 1. Train it to read.
             t0 = time.perf_counter()
-            warmup_losses = []
+            warmup_losses: list[float] = []
+            warmup_by_format: dict[str, list[float | None]] = {}
             if args.load_reader:  # then --reading-warmup steps more, if any
                 load_reader(trainer, Path(args.load_reader))
             if args.reading_warmup:
-                warmup_losses = reading_warmup(trainer, args)
+                warmup_losses, warmup_by_format = reading_warmup(trainer, args)
                 if args.save_reader:
                     save_reader(trainer, Path(args.save_reader))
             trainer.train()
@@ -811,6 +822,7 @@ def main() -> int:
             "loaded_from": Path(args.load_reader).name if args.load_reader else None,
             "batch": 8,
             "losses": warmup_losses,
+            "losses_by_format": warmup_by_format,
         },
         "train_time_s": train_s,
         "wall_time_s": time.perf_counter() - started,

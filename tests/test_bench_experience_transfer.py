@@ -179,6 +179,11 @@ def test_a_saved_reader_starts_a_library_trainer_paired_with_the_first_run(tmp_p
     assert a["reading_warmup"]["lessons"] == ["oracle", "exemplar", "none"]
     assert a["reading_warmup"]["sides"] == "both"
     assert len(a["reading_warmup"]["losses"]) == 2
+    # Per format, each step's mean over the examples of that format it drew (8 in all).
+    by_format = a["reading_warmup"]["losses_by_format"]
+    assert set(by_format) == {"oracle", "exemplar", "none"}
+    assert all(len(steps) == 2 for steps in by_format.values())
+    assert any(loss is not None for loss in by_format["none"])
     assert b["reading_warmup"]["loaded_from"] == "reader.pt" and b["reading_warmup"]["losses"] == []
     assert b["config"]["algorithm"] == "complementary" and b["config"]["task_pool"] == 4
     assert {e["arm"] for e in b["episodes"]} == {"none", "own", "oracle"}  # + untrained oracle
