@@ -498,6 +498,31 @@ def shown_own_dungeon(record: dict[str, Any]) -> bool:
     )
 
 
+def sides_named(texts: list[str]) -> dict[str, int]:
+    """What a store's lessons say about their dungeon's side, counted: ``right`` (they name
+    the stairs' side only), ``wrong`` (the other side only), ``both``, ``neither`` (no side at
+    all) and ``no_dungeon`` (they name no dungeon of the family). A side is the word east or
+    west in the lesson's text (after the store's ``## Content:`` heading, where there is one);
+    the dungeon is the first dungeon name in it. Whether an extractor writes the one fact a
+    later visit needs, independent of whether the actor then reads it."""
+    import re
+
+    from comprl_gym.envs.memory import DUNGEON_NAMES, dungeon
+
+    names = re.compile("|".join(re.escape(n) for n in sorted(DUNGEON_NAMES, key=len, reverse=True)))
+    counts = dict.fromkeys(("right", "wrong", "both", "neither", "no_dungeon"), 0)
+    for text in texts:
+        found = names.search(text)
+        if found is None:
+            counts["no_dungeon"] += 1
+            continue
+        said = set(re.findall(r"\b(east|west)\b", text.split("## Content:")[-1].lower()))
+        side = dungeon(found.group(0)).side
+        key = {frozenset(): "neither", frozenset({side}): "right"}.get(frozenset(said))
+        counts[key or ("both" if len(said) == 2 else "wrong")] += 1
+    return counts
+
+
 def plot(summary: dict[str, Any], path: Path, visits: int) -> None:
     import matplotlib
 
@@ -830,6 +855,8 @@ def main() -> int:
         "summary": summary,
         "minus_placebo": minus_placebo,
         "shown_own_dungeons_lesson": retrieval,
+        # Per store, whether its lessons name their dungeon's side, the other or none.
+        "store_sides": {name: sides_named(texts) for name, texts in store_texts.items()},
         "store_texts": store_texts,
         "episodes": [
             {

@@ -133,6 +133,28 @@ def test_a_neighbours_lesson_is_labelled_a_coin():
         assert other.name in lessons and own.name not in lessons
 
 
+def test_sides_named_counts_what_each_lesson_says_about_its_own_dungeon():
+    marrow = dungeon("the Vault of Marrow")  # west (the family's doctest)
+    assert marrow.side == "west"
+    texts = [
+        "## Title: memory: You are in the Vault of Marrow\n## Content: go west.",  # right
+        "## Title: memory: You are in the Vault of Marrow\n## Content: The East branch.",  # wrong
+        "In the Vault of Marrow the west branch, not the east one.",  # both
+        "## Title: east and west\n## Content: In the Vault of Marrow it is dark.",  # neither
+        "Always take the east branch.",  # no dungeon
+        bench.lesson_text("exemplar", marrow.index),  # won: right
+        bench.lesson_text("lost_case", marrow.index),  # lost: names the other side
+        bench.lesson_text("inverted", marrow.index),
+    ]
+    assert bench.sides_named(texts) == {
+        "right": 2,
+        "wrong": 3,
+        "both": 1,
+        "neither": 1,
+        "no_dungeon": 1,
+    }
+
+
 def test_lesson_text_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown lesson kind"):
         bench.lesson_text("rumour", 0)
