@@ -94,9 +94,14 @@ oracle,exemplar,lost_case`` to repeat them):
     $B --trainer complementary --load-reader reader_oe80_coin30.pt --train-tasks 8 \
         --iterations 6 --lr 1e-4 --visits 2 --arms none,own,oracle \
         --paired-with $R/extractor_memory_coin_static.json --out $R/extractor_memory_coin_complementary
+    # experience_transfer_streaming_reader_coin_large.json: that reader on the 256 dungeons of
+    # test_large (the later --tasks overrides $B's)
+    $B --all-with-lessons --load-reader reader_oe80_coin30.pt --iterations 1 --lr 1e-4 \
+        --visits 3 --held-out test_large --tasks 256 --untrained-tasks 0 \
+        --arms none,exemplar,placebo,inverted,oracle \
+        --out $R/experience_transfer_streaming_reader_coin_large
     # experience_transfer_streaming_mismatched_large.json: that reader, 30 steps more with a
-    # neighbour's lesson labelled a coin, streamed on the 256 dungeons of test_large (the
-    # later --tasks overrides $B's)
+    # neighbour's lesson labelled a coin, streamed on the 256 dungeons of test_large
     $B --all-with-lessons --load-reader reader_oe80_coin30.pt --reading-warmup 30 \
         --warmup-lr 3e-4 --warmup-lessons oracle,exemplar,none,mismatched \
         --save-reader reader_coin_mismatched30.pt --iterations 1 --lr 1e-4 --visits 3 \
