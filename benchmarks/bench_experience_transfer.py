@@ -582,9 +582,11 @@ def main() -> int:
     parser.add_argument(
         "--tasks", type=int, default=64, help="held-out dungeons (at most the pool's size)"
     )
+    from comprl_gym.envs.memory import SPLITS, pool
+
     parser.add_argument(
         "--held-out",
-        choices=("test", "test_large"),
+        choices=[split for split in SPLITS if split != "train"],
         default="test",
         help="the held-out pool: test (64 dungeons, every run before 2026-12-03) or test_large "
         "(256 dungeons whose names share no word with the training pool's)",
@@ -707,8 +709,6 @@ def main() -> int:
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown:
         parser.error(f"--arms: unknown {sorted(unknown)}; choose from {ARMS}")
-    from comprl_gym.envs.memory import pool
-
     if not 1 <= args.tasks <= len(pool(args.held_out)):
         parser.error(
             f"--tasks: between 1 and {len(pool(args.held_out))} (the {args.held_out} pool)"
