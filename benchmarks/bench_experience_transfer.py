@@ -100,6 +100,7 @@ oracle,exemplar,lost_case`` to repeat them):
         --visits 3 --held-out test_large --tasks 256 --untrained-tasks 0 \
         --arms none,exemplar,placebo,inverted,oracle \
         --out $R/experience_transfer_streaming_reader_coin_large
+    # ..._reader_coin_large_seed1.json: the same with --seed 1 --arms none,exemplar,placebo
     # experience_transfer_streaming_mismatched_large.json: that reader, 30 steps more with a
     # neighbour's lesson labelled a coin, streamed on the 256 dungeons of test_large
     $B --all-with-lessons --load-reader reader_oe80_coin30.pt --reading-warmup 30 \
