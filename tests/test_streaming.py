@@ -116,14 +116,9 @@ def test_every_arm_plays_each_episode_on_the_same_seeds(records):
 def test_a_learning_arm_learns_between_visits_only(records):
     # Two visits: the store learns from visit 1's episodes, in task order, and not after
     # visit 2 (nothing would read it).
-    visit_1 = [
-        r["task"] for r in sorted(_by(records, "exemplar").values(), key=_order) if r["visit"] == 1
-    ]
+    exemplar = _by(records, "exemplar")
+    visit_1 = [exemplar[(task, 1)]["task"] for task in TASKS]
     assert visit_1 == LEARNT and len(LEARNT) == len(TASKS)
-
-
-def _order(record):
-    return record["visit"], record["task_index"]
 
 
 def test_each_record_holds_the_lessons_its_episode_was_shown(records):
