@@ -411,7 +411,8 @@ def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, 
         "store_dir": str(store),
         "inject_top_k": 1,
         "search_and_ask_budget": 0,
-        "extractor_format": "plain",
+        "extractor_format": args.extractor_format,
+        "merge_interval_steps": args.merge_interval,
         "min_quality": 0.0,
         "async_extraction": False,
         "diversify": False,
@@ -452,7 +453,7 @@ def train_config(args: argparse.Namespace, out: Path, store: Path) -> dict[str, 
             "model": model,
             "lr": args.extractor_lr,
             "max_new_tokens": 32,
-            "temperature": 0.7,
+            "temperature": args.extractor_temperature,
             "lora": lora,
         },
         "experience": experience,
@@ -543,6 +544,58 @@ def sides_named(texts: list[str]) -> dict[str, int]:
         key = {frozenset(): "neither", frozenset({side}): "right"}.get(frozenset(said))
         counts[key or ("both" if len(said) == 2 else "wrong")] += 1
     return counts
+
+
+def side_of(text: str) -> str:
+    """What one lesson says about its dungeon's side (a :func:`sides_named` key)."""
+    return next(key for key, n in sides_named([text]).items() if n)
+
+
+def credit_agreement(batch_log: list[dict[str, Any]], sides: dict[int, str]) -> dict[str, Any]:
+    """How often each credit rule's advantage has the sign the lesson deserves: + for a lesson
+    that names its dungeon's right side, - for the wrong side (``sides``: lesson id ->
+    :func:`side_of`). Each train_step's samples (``batch_log``, one ``actor_step`` per batch)
+    get both rules' advantages: ``batch`` is r - mean(r over the batch), ``paired`` is the
+    paired r itself. Samples whose lesson names no single side, and rules with no r yet, are
+    left out. Per rule: the samples judged, those with a nonzero advantage, those whose sign
+    agrees, and the batches in which some advantage is nonzero (a gradient)."""
+    batches: dict[int, list[dict[str, Any]]] = {}
+    for record in batch_log:
+        batches.setdefault(int(record["actor_step"]), []).append(record)
+    out: dict[str, Any] = {}
+    for rule in ("batch", "paired"):
+        judged = signed = agree = with_signal = 0
+        for batch in batches.values():
+            rewards = [r[f"r_{rule}"] for r in batch if r[f"r_{rule}"] is not None]
+            mean = sum(rewards) / len(rewards) if rewards else 0.0
+            signal = False
+            for record in batch:
+                r = record[f"r_{rule}"]
+                if r is None:
+                    continue
+                advantage = r - mean if rule == "batch" else r
+                signal = signal or abs(advantage) > 1e-9
+                side = [sides.get(int(i)) for i in record["ids"]]
+                if (
+                    record["kind"] != "extract"
+                    or len(side) != 1
+                    or side[0] not in ("right", "wrong")
+                ):
+                    continue
+                judged += 1
+                if abs(advantage) > 1e-9:
+                    signed += 1
+                    agree += (advantage > 0) == (side[0] == "right")
+            with_signal += signal
+        out[rule] = {
+            "samples": judged,
+            "nonzero": signed,
+            "agree": agree,
+            "agree_fraction": agree / signed if signed else None,
+            "batches": len(batches),
+            "batches_with_signal": with_signal,
+        }
+    return out
 
 
 def plot(summary: dict[str, Any], path: Path, visits: int) -> None:
@@ -640,6 +693,26 @@ def main() -> int:
         help="the extractor's advantage baseline (experience.extractor_baseline)",
     )
     parser.add_argument("--extractor-lr", type=float, default=5.0e-5, help="its learning rate")
+    parser.add_argument(
+        "--extractor-format",
+        choices=("plain", "stem"),
+        default="plain",
+        help="what the extractor writes (experience.extractor_format): plain (a sentence of its "
+        "own) or stem (the family's lesson with the side left blank: it chooses east or west)",
+    )
+    parser.add_argument(
+        "--extractor-temperature",
+        type=float,
+        default=0.7,
+        help="its sampling temperature (a stem's side is drawn from the model's odds)",
+    )
+    parser.add_argument(
+        "--merge-interval",
+        type=int,
+        default=5,
+        help="the store merges its lessons every N iterations (experience.merge_interval_steps; "
+        "0: never, which keeps stem lessons as the extractor chose them)",
+    )
     parser.add_argument(
         "--arms",
         default=",".join(ARMS),
@@ -816,6 +889,13 @@ def main() -> int:
                 if any(k.startswith("extractor/") for k in r)
             ]
             run_store = [e.text for e in trainer.manager.experiences()] if trainer.manager else []
+            # Each extractor sample it trained on, with both credit rules' r, judged against
+            # what its lesson says (issue 30: which rule signs the lessons right).
+            batch_log = trainer.extractor.batch_log if trainer.extractor is not None else []
+            lesson_sides = {
+                e.id: side_of(e.text)
+                for e in (trainer.manager.experiences() if trainer.manager else [])
+            }
             # 3. Stream the held-out dungeons with every arm.
             arms = {"none": Arm("none"), **learning_arms(trainer, root)}
             arms.update({name: Arm(name, manager) for name, manager in stores.items()})
@@ -879,6 +959,11 @@ def main() -> int:
         "shown_own_dungeons_lesson": retrieval,
         # Per store, whether its lessons name their dungeon's side, the other or none.
         "store_sides": {name: sides_named(texts) for name, texts in store_texts.items()},
+        "extractor_batches": [
+            record | {"sides": [lesson_sides.get(int(i)) for i in record["ids"]]}
+            for record in batch_log
+        ],
+        "credit_agreement": credit_agreement(batch_log, lesson_sides),
         "store_texts": store_texts,
         "episodes": [
             {

@@ -44,6 +44,27 @@ class EnvEntry:
 
 
 @dataclass(frozen=True)
+class LessonStem:
+    """A lesson with one blank the extractor fills: ``opening`` starts the extractor's reply
+    and it picks one of ``choices`` to end it (sampling is restricted to their first tokens,
+    so each must start with a different token).
+
+    Example:
+        >>> stem = LessonStem("In the Vault of Marrow the staircase down is at the end of the",
+        ...                   (" east branch.", " west branch."))
+        >>> stem.opening + stem.choices[1]
+        'In the Vault of Marrow the staircase down is at the end of the west branch.'
+    """
+
+    opening: str
+    choices: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.choices) < 2:
+            raise ConfigurationError(f"a lesson stem needs two choices or more, got {self.choices}")
+
+
+@dataclass(frozen=True)
 class FamilySpec:
     """Everything the package needs to know about one env family.
 
@@ -55,6 +76,10 @@ class FamilySpec:
             argument. Empty when the family has none.
         action_grammar: what the family's actions look like, for the actor's system prompt.
         extractor_focus: who the extractor is and which lessons it looks for in this family.
+        lesson_stem: ``"module:function"`` that, given a task id, returns the
+            :class:`LessonStem` of a lesson about that task, or ``None``. The ``stem``
+            extractor format starts the extractor's reply with it, so the model writes only
+            the fact. Empty when the family has none.
     """
 
     name: str
@@ -63,6 +88,14 @@ class FamilySpec:
     expert: str
     action_grammar: str
     extractor_focus: str
+    lesson_stem: str = ""
+
+    def stem_for(self, task_id: str) -> LessonStem | None:
+        """The stem of a lesson about ``task_id`` (:attr:`lesson_stem`), or ``None``."""
+        if not self.lesson_stem:
+            return None
+        module_name, _, attribute = self.lesson_stem.partition(":")
+        return getattr(importlib.import_module(module_name), attribute)(task_id)
 
     def __post_init__(self) -> None:
         strays = [e.env_id for e in self.entries if e.family not in ("", self.name)]

@@ -155,6 +155,32 @@ def test_sides_named_counts_what_each_lesson_says_about_its_own_dungeon():
     }
 
 
+def test_credit_agreement_signs_each_rule_against_what_the_lesson_says():
+    """Worked by hand. Batch 2: r = 1, -1, 0 (mean 0) under the batch rule, so the right
+    lesson gets +1 and the wrong one -1; paired r 0.5 and -1 agree too; the third names no
+    side. Batch 3: both r -0.5, so the batch rule has no signal; paired gives the right lesson
+    0 and the wrong one +1, a disagreement."""
+    log = [
+        {"actor_step": 2, "kind": "extract", "ids": [1], "r_batch": 1.0, "r_paired": 0.5},
+        {"actor_step": 2, "kind": "extract", "ids": [2], "r_batch": -1.0, "r_paired": -1.0},
+        {"actor_step": 2, "kind": "extract", "ids": [3], "r_batch": 0.0, "r_paired": None},
+        {"actor_step": 3, "kind": "extract", "ids": [4], "r_batch": -0.5, "r_paired": 0.0},
+        {"actor_step": 3, "kind": "extract", "ids": [5], "r_batch": -0.5, "r_paired": 1.0},
+    ]
+    sides = {1: "right", 2: "wrong", 3: "neither", 4: "right", 5: "wrong"}
+    result = bench.credit_agreement(log, sides)
+    assert result["batch"] == {
+        "samples": 4, "nonzero": 2, "agree": 2, "agree_fraction": 1.0,
+        "batches": 2, "batches_with_signal": 1,
+    }  # fmt: skip
+    assert result["paired"] == {
+        "samples": 4, "nonzero": 3, "agree": 2, "agree_fraction": 2 / 3,
+        "batches": 2, "batches_with_signal": 2,
+    }  # fmt: skip
+    marrow = bench.lesson_text("oracle", dungeon("the Vault of Marrow").index)
+    assert bench.side_of(marrow) == "right" and bench.side_of("go east") == "no_dungeon"
+
+
 def test_lesson_text_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown lesson kind"):
         bench.lesson_text("rumour", 0)
@@ -225,3 +251,5 @@ def test_a_saved_reader_starts_a_library_trainer_paired_with_the_first_run(tmp_p
     # The extractor's metrics of each training iteration (what issue 30's table reports).
     [row] = b["extractor_metrics"]
     assert row["iteration"] == 1 and "extractor/updates" in row
+    assert set(b["credit_agreement"]) == {"batch", "paired"}
+    assert isinstance(b["extractor_batches"], list)

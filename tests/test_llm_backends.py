@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import teacher_forced_logprobs
 
+from comprl_gym.core import ConfigurationError
 from comprl_gym.llm import BackendError, SamplingParams, make_backend
 from comprl_gym.llm.models import resolve_model, tiny_model_path
 from comprl_gym.llm.openai_backend import OpenAIBackend
@@ -96,6 +97,25 @@ def test_sampling_params_validation():
     assert SamplingParams(stop="x").stop == ("x",)
 
 
+def test_allowed_token_ids_restrict_sampling_and_keep_the_models_logprobs(tiny):
+    """Only the allowed tokens are sampled, each prompt's draws vary between them, and the
+    logprobs stay the raw model's (a trainer recomputes those, not the restricted ones)."""
+    allowed = tuple(
+        tiny.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (" east", " west")
+    )
+    params = SamplingParams(max_tokens=4, temperature=1.0, seed=5, allowed_token_ids=allowed)
+    gens = tiny.generate(PROMPTS * 3, params)
+    drawn = [t for g in gens for t in g.completion_token_ids]
+    assert len(drawn) == 4 * len(gens) and set(drawn) == set(allowed)
+    for gen in gens:
+        expected = teacher_forced_logprobs(
+            tiny.model, gen.prompt_token_ids, gen.completion_token_ids
+        )
+        assert gen.completion_logprobs == pytest.approx(expected, abs=2e-4)
+    with pytest.raises(ConfigurationError, match="empty"):
+        SamplingParams(allowed_token_ids=())
+
+
 # ---- OpenAI-compatible client against a real HTTP server (our in-process one) --------------
 @pytest.fixture(scope="module")
 def server(tiny):
@@ -114,6 +134,12 @@ def test_openai_completions_match_the_served_model(server, tiny):
         assert r.prompt_token_ids == loc.prompt_token_ids
         assert r.completion_logprobs == pytest.approx(loc.completion_logprobs, abs=1e-5)
         assert r.text == loc.text
+
+
+def test_openai_backend_refuses_allowed_token_ids_rather_than_ignore_them(server, tiny):
+    client = OpenAIBackend(server.url)
+    with pytest.raises(ConfigurationError, match="allowed_token_ids"):
+        client.generate(PROMPTS[:1], SamplingParams(max_tokens=1, allowed_token_ids=(5, 6)))
 
 
 def test_openai_chat_returns_tokens_and_logprobs(server, tiny):

@@ -44,6 +44,17 @@ def test_batched_generation_returns_tokens_and_true_logprobs(engine, hf_model):
     assert len({tuple(g.completion_token_ids) for g in same}) > 1
 
 
+def test_allowed_token_ids_restrict_sampling_and_keep_the_models_logprobs(engine, hf_model):
+    allowed = tuple(
+        engine.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (" east", " west")
+    )
+    params = SamplingParams(max_tokens=4, temperature=1.0, seed=2, allowed_token_ids=allowed)
+    gens = engine.generate(PROMPTS, params)
+    assert set(t for g in gens for t in g.completion_token_ids) == set(allowed)
+    assert all(len(g.completion_token_ids) == 4 for g in gens)
+    assert_model_logprobs(engine, hf_model, gens, max_tokens=4)
+
+
 def test_an_agents_successive_calls_never_reuse_a_requests_seed(engine):
     """One task played by many episodes sends the same prompt in every request. Request i+1 of
     one call and request i of the next must not draw the same random numbers: with seeds

@@ -16,6 +16,8 @@ from conftest import ScriptedBackend
 import comprl_gym  # noqa: F401
 from comprl_gym.agents import RandomAgent, make_agent
 from comprl_gym.agents.critique import parse_critique
+from comprl_gym.core import ConfigurationError
+from comprl_gym.envs.memory import lesson_stem
 from comprl_gym.experience import ExperienceManager, default_embedder
 from comprl_gym.experience.prompts import ROLE_AGENT, ROLE_ENVIRONMENT, ROLE_TOOL
 from comprl_gym.llm.transformers_backend import TransformersBackend
@@ -60,9 +62,9 @@ class AskingExpert:
         return self.expert.act(observation, info)
 
 
-def play(manager, agent_factory, seeds, refiner=None, max_steps=8, budget=0):
+def play(manager, agent_factory, seeds, refiner=None, max_steps=8, budget=0, env_id=ROOM):
     env = ExperienceAugmentedEnv(
-        gym.make(ROOM, max_steps=max_steps),
+        gym.make(env_id, max_steps=max_steps),
         manager,
         inject_top_k=2,
         search_budget=budget,
@@ -183,9 +185,49 @@ def test_r_of_real_episodes_reaches_the_extractor_advantage(tmp_path, embedder, 
     assert [s.advantage for _, s in ready] == pytest.approx([2 / 3, -2 / 3])
     stats = extractor.train_step(actor_step=2)
     assert stats["samples"] == 2 and stats["samples_extract"] == 2 and extractor.updates == 1
+    # the batch's log keeps both rules' r (no without-experience episode: paired r = outcome)
+    log = extractor.batch_log
+    assert [(r["ids"], r["stepped"]) for r in log] == [([first], True), ([second], True)]
+    assert [r["r_batch"] for r in log] == pytest.approx([1 / 3, -1.0])
+    assert [r["advantage"] for r in log] == pytest.approx([2 / 3, -2 / 3])
     # trained once: the entries' training counts are the store's; cooldown 1 step
     assert [e.training_count for e in manager.get([first, second])] == [1, 1]
     assert extractor.ready_samples(actor_step=2) == []
+    manager.close()
+
+
+def test_the_stem_format_opens_the_reply_with_the_familys_stem_and_trains_only_the_choice(
+    tmp_path, embedder, tiny
+):
+    """On real memory episodes the reply starts with the family's stem, which is part of the
+    sample's prompt: the completion CISPO trains is one token, the first of the side it chose,
+    and the lesson is the oracle's sentence with that side. Even the tiny random model, whose
+    free text is noise, writes only the two sentences. A family without a stem (MiniHack) gets
+    the plain prompt, and a backend that takes no raw prompt a clear error."""
+    optimizer, backend = tiny
+    settings = ExperienceSettings(extractor_format="stem")
+    manager = ExperienceManager(tmp_path / "s", config=settings, embedder=embedder)
+    extractor = ExperienceExtractor(backend, optimizer, manager, settings, temperature=1.0)
+    episodes = play(manager, expert, [3, 4, 5, 6], max_steps=5, env_id="comprl/Memory-Fork-v0")
+    tokenizer = optimizer.tokenizer
+    for episode in episodes:
+        [written] = extractor.write(episode, actor_step=1)
+        sample = extractor.pending[-1]
+        stem = lesson_stem(episode.task_id)
+        assert tokenizer.decode(sample.prompt_token_ids).endswith(stem.opening)
+        [token] = sample.completion_token_ids
+        lesson = manager.get_one(written).content
+        side = tokenizer.decode([token]).strip()
+        assert side in ("east", "west")
+        assert lesson == f"{stem.opening} {side} branch." and sample.written_ids == [written]
+    assert extractor.counts.written == 4 and extractor.counts.malformed == 0
+
+    [room_episode] = play(manager, expert, [4])
+    plain = ExperienceExtractor(ScriptedBackend(["Walk to the stairs."]), None, manager, settings)
+    assert plain.write(room_episode, actor_step=1)
+    assert plain.backend.prompts[0][-1]["role"] == "user"  # no reply opened for it
+    with pytest.raises(ConfigurationError, match="raw prompts"):
+        plain.write(episodes[0], actor_step=1)
     manager.close()
 
 

@@ -62,6 +62,8 @@ class SamplingParams:
         seeds: one seed per request instead (overrides ``seed``): a request's draws then do
             not depend on what else is in its batch, which common random numbers across
             evaluation arms need (:meth:`request_seed`).
+        allowed_token_ids: sample only these tokens (a choice among a few words, e.g. the
+            extractor filling a family's lesson stem); ``None`` = any token.
     """
 
     max_tokens: int = 128
@@ -72,6 +74,7 @@ class SamplingParams:
     logprobs: bool = True
     seed: int | None = None
     seeds: tuple[int, ...] | None = None
+    allowed_token_ids: tuple[int, ...] | None = None
 
     def request_seed(self, index: int) -> int | None:
         """The seed of request ``index`` of a batch.
@@ -91,6 +94,12 @@ class SamplingParams:
             raise ConfigurationError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigurationError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.allowed_token_ids is not None:
+            if not self.allowed_token_ids:
+                raise ConfigurationError("allowed_token_ids is empty: no token could be sampled")
+            object.__setattr__(
+                self, "allowed_token_ids", tuple(int(t) for t in self.allowed_token_ids)
+            )
         if isinstance(self.stop, str):  # a lone string is a common slip
             object.__setattr__(self, "stop", (self.stop,))
         else:

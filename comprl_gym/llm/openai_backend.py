@@ -150,6 +150,13 @@ class OpenAIBackend(LLMBackend):
 
     # ---- interface -----------------------------------------------------------------------
     def _sampling_body(self, params: SamplingParams) -> dict[str, Any]:
+        if params.allowed_token_ids is not None:
+            # The OpenAI API has no such field (logit_bias is capped and ignored by some
+            # servers): refusing is better than sampling tokens the caller excluded.
+            raise ConfigurationError(
+                "the openai backend cannot restrict sampling to allowed_token_ids; use the "
+                "transformers or vllm backend"
+            )
         body: dict[str, Any] = {
             "model": self.model_name,
             "max_tokens": params.max_tokens,

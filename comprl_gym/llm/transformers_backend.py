@@ -275,6 +275,9 @@ class TransformersBackend(LLMBackend):
             kwargs["stopping_criteria"] = transformers_stop_criteria(
                 self.tokenizer, params.stop, encoded["input_ids"].shape[1]
             )
+        if params.allowed_token_ids is not None:
+            allowed = list(params.allowed_token_ids)
+            kwargs["prefix_allowed_tokens_fn"] = lambda _row, _ids: allowed
         if params.seed is not None:
             torch.manual_seed(params.seed)
         autocast = torch.autocast(

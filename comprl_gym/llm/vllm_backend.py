@@ -196,6 +196,9 @@ class VLLMBackend(LLMBackend):
             include_stop_str_in_output=True,
             logprobs=0 if params.logprobs else None,  # 0 = only the sampled token's logprob
             seed=params.request_seed(index),
+            allowed_token_ids=None
+            if params.allowed_token_ids is None
+            else list(params.allowed_token_ids),
         )
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:

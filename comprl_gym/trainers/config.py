@@ -132,9 +132,11 @@ class ExperienceSettings(ExperienceConfig):
     experiences_per_group: int = 1
     #: What the extractor writes: ``operations`` (the reference: add / update / return as JSON
     #: in ``<answer>``, memories as ``<title>..</title><content>..</content>``), ``plain``
-    #: (one sentence of advice, for tiny models) or ``exemplar`` (no LLM: a won episode's task
-    #: and actions stored verbatim, the case-based baseline; nothing to train).
-    extractor_format: Literal["operations", "plain", "exemplar"] = "operations"
+    #: (one sentence of advice, for tiny models), ``stem`` (that sentence opened by the
+    #: family's lesson stem, so the model writes only the fact; ``plain`` where the family has
+    #: no stem) or ``exemplar`` (no LLM: a won episode's task and actions stored verbatim, the
+    #: case-based baseline; nothing to train).
+    extractor_format: Literal["operations", "plain", "stem", "exemplar"] = "operations"
     #: The baseline of the extractor's advantage: ``batch`` (the reference: ``r(m)`` is the
     #: mean +1/-1 outcome of the episodes that read m, and the advantage ``r - mean(r)`` over
     #: the extractor batch) or ``paired`` (each use's +1/-1 outcome minus the mean outcome of

@@ -14,7 +14,12 @@ agentic/``; the file names below point into it):
   (``**Memory Entry i**``), see :func:`~comprl_gym.experience.prompts.format_interaction`.
 * **Output**: ``<answer>`` with a JSON list of ``add`` / ``update`` / ``return`` operations,
   memories as ``<title>..</title><content>..</content>``; ``return`` writes nothing. The
-  ``plain`` format (one sentence of advice, stored as it is) stays for tiny models. A lesson
+  ``plain`` format (one sentence of advice, stored as it is) stays for tiny models; the
+  ``stem`` format starts that sentence with the family's lesson stem
+  (:attr:`~comprl_gym.families.FamilySpec.lesson_stem`: "In the Vault of Marrow the staircase
+  down is at the end of the", then " east branch." or " west branch.") so the model writes
+  only the fact, one choice that CISPO's credit can reward or punish (``plain`` for a family
+  without a stem). A lesson
   whose :func:`~comprl_gym.experience.quality.lesson_quality` score is below
   ``experience.min_quality`` is not written.
 * **Reward** (reference ``multi_agentic_pipeline.py::_collect_triggered_interactions_to_buffer``):
@@ -62,22 +67,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from comprl_gym.core import ConfigurationError
 from comprl_gym.experience import prompts
 from comprl_gym.experience.exemplar import exemplar_lesson
 from comprl_gym.experience.operations import ExtractorOutputError, parse_extractor_output
 from comprl_gym.experience.quality import lesson_quality
 from comprl_gym.experience.records import Provenance
 from comprl_gym.experience.search_and_ask import SearchAndAskSyntax
+from comprl_gym.families import LessonStem, family_spec
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
 logger = logging.getLogger(__name__)
 
-OutputFormat = Literal["plain", "operations", "exemplar"]
+OutputFormat = Literal["plain", "stem", "operations", "exemplar"]
 #: Where an extractor sample came from (``rejected``: an answer that wrote nothing because it
 #: was malformed or failed the quality gate, trained on as a failure).
 SampleKind = Literal["extract", "refine", "merge", "rejected"]
@@ -246,7 +253,8 @@ class ExperienceExtractor:
         self.settings = settings
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        #: ``operations`` or ``plain``; ``settings.extractor_format`` unless given.
+        #: ``operations``, ``plain``, ``stem`` or ``exemplar``; ``settings.extractor_format``
+        #: unless given.
         self.output_format = output_format or settings.extractor_format
         self.seed = seed
         self.on_weights_changed = on_weights_changed
@@ -258,6 +266,10 @@ class ExperienceExtractor:
         self._merge_calls: list[Any] = []
         #: Per lesson id: (sum, count) of its uses' paired outcomes (:meth:`credit_uses`).
         self.paired_credit: dict[int, tuple[float, int]] = {}
+        #: One record per sample of every batch :meth:`train_step` saw: the ids it wrote, its
+        #: advantage, whether the batch stepped, and its r under both baselines (``batch`` and
+        #: ``paired``), so the rules can be compared on the same samples.
+        self.batch_log: list[dict[str, Any]] = []
 
     @property
     def failed_writes(self) -> int:
@@ -265,7 +277,7 @@ class ExperienceExtractor:
         return self.counts.malformed
 
     # ------------------------------------------------------------------ generation
-    def _sampling(self, max_tokens: int | None = None) -> Any:
+    def _sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Any:
         from comprl_gym.llm import SamplingParams
 
         self.generations += 1
@@ -273,6 +285,7 @@ class ExperienceExtractor:
             max_tokens=max_tokens or self.max_new_tokens,
             temperature=self.temperature,
             seed=self.seed * 1_000_003 + self.generations,
+            stop=stop,
             logprobs=True,
         )
 
@@ -280,6 +293,36 @@ class ExperienceExtractor:
         with self.lock:
             [generation] = self.backend.chat([messages], self._sampling(max_tokens))
         return generation
+
+    def fill_stem(self, messages: list[dict[str, str]], stem: LessonStem) -> tuple[Any, str | None]:
+        """Generate a reply to ``messages`` that starts with the stem's opening, which is part
+        of the prompt, so the sample's completion is only the model's choice: one token, the
+        first of one of the stem's choices. Returns the generation and the lesson, the opening
+        and the chosen choice (``None`` if the backend sampled another token). Needs a backend
+        that takes raw prompts and ``allowed_token_ids`` (transformers, vLLM)."""
+        if not getattr(self.backend, "supports_raw_prompts", False):
+            raise ConfigurationError(
+                f"extractor_format 'stem' needs a backend that takes raw prompts; "
+                f"{getattr(self.backend, 'name', 'this backend')} does not (use 'plain')"
+            )
+        prompt = self.backend.apply_chat_template(messages) + stem.opening
+        firsts = [self._first_token(choice) for choice in stem.choices]
+        if len(set(firsts)) != len(firsts):
+            raise ConfigurationError(
+                f"the lesson stem's choices {stem.choices} do not start with distinct tokens: "
+                "the extractor could not tell which one it chose"
+            )
+        params = replace(self._sampling(1), allowed_token_ids=tuple(firsts))
+        with self.lock:
+            [generation] = self.backend.generate([prompt], params)
+        chosen = generation.completion_token_ids[:1]
+        if not chosen or chosen[0] not in firsts:
+            return generation, None
+        return generation, stem.opening + stem.choices[firsts.index(chosen[0])]
+
+    def _first_token(self, text: str) -> int:
+        ids = self.backend.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return int(ids[0])
 
     def _keep(self, generation: Any, kind: str, ids: list[int], actor_step: int, **extra: Any):
         record = ExtractorGeneration(
@@ -332,9 +375,14 @@ class ExperienceExtractor:
             )
             self.counts.written += len(ids)
             return [int(i) for i in ids]
-        if self.output_format == "plain":
-            generation = self.generate_chat(plain_extractor_messages(episode))
-            lesson = plain_lesson(generation.text)
+        if self.output_format in ("plain", "stem"):
+            spec = family_spec(episode.env_family) if self.output_format == "stem" else None
+            stem = spec.stem_for(episode.task_id) if spec is not None else None
+            if stem is None:
+                generation = self.generate_chat(plain_extractor_messages(episode))
+                lesson = plain_lesson(generation.text)
+            else:
+                generation, lesson = self.fill_stem(plain_extractor_messages(episode), stem)
             if lesson is None:
                 self.counts.malformed += 1
                 return self._reject(generation, actor_step)
@@ -659,6 +707,29 @@ class ExperienceExtractor:
                     self.manager.mark_trained(ids, actor_step)
                 if self.on_weights_changed is not None:
                     self.on_weights_changed()
+        for generation, sample in ready:
+            fixed = generation.kind in ("refine", "rejected")
+            self.batch_log.append(
+                {
+                    "actor_step": actor_step,
+                    "kind": generation.kind,
+                    "ids": list(generation.written_ids),
+                    "advantage": sample.advantage,
+                    "stepped": stepped,
+                    "r_batch": generation.reward
+                    if fixed
+                    else generation_reward(
+                        self.manager,
+                        generation.written_ids,
+                        1,
+                        tuple(generation.baseline),  # type: ignore[arg-type]
+                        generation.critic_adjustment,
+                    ),
+                    "r_paired": generation.reward
+                    if fixed
+                    else self.paired_reward(generation.written_ids),
+                }
+            )
         # Generations that can never be trained again are forgotten.
         self.pending = [g for g in self.pending if self._trainable_again(g)]
         rewards = [s.meta["reward"] for _, s in ready]
@@ -677,6 +748,7 @@ class ExperienceExtractor:
             "generations": self.generations,
             "counts": self.counts.to_dict(),
             "paired_credit": {str(k): list(v) for k, v in self.paired_credit.items()},
+            "batch_log": self.batch_log,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -688,3 +760,4 @@ class ExperienceExtractor:
         self.paired_credit = {
             int(k): (float(v[0]), int(v[1])) for k, v in state.get("paired_credit", {}).items()
         }
+        self.batch_log = list(state.get("batch_log", []))

@@ -43,6 +43,7 @@ from comprl_gym.envs.memory.dungeons import (
     dungeon,
     inverted_lesson,
     inverted_rule_lesson,
+    lesson_stem,
     oracle_lesson,
     other_side,
     placebo_lesson,
@@ -88,6 +89,7 @@ SPEC = FamilySpec(
         "sign next to the start, such as a fountain, altar, sink or grave, that tells the "
         "branches apart."
     ),
+    lesson_stem="comprl_gym.envs.memory.dungeons:lesson_stem",
 )
 
 # The env imports nle: load it on first use so listing the family stays light.
@@ -106,6 +108,7 @@ __all__ = [
     "dungeon",
     "inverted_lesson",
     "inverted_rule_lesson",
+    "lesson_stem",
     "oracle_lesson",
     "other_side",
     "placebo_lesson",

@@ -46,6 +46,7 @@ import re
 from dataclasses import dataclass
 
 from comprl_gym.core import ConfigurationError
+from comprl_gym.families import LessonStem
 
 #: Bump when the generated dungeons change (names, sides, landmarks, des-files). Adding the
 #: ``test_large`` pool did not: dungeons 0..255 are as they were.
@@ -346,6 +347,10 @@ def dungeon_des_file(variant: str, d: Dungeon, branch_length: int = BRANCH_LENGT
 
 
 # ---- lessons --------------------------------------------------------------------------------
+#: What :func:`oracle_lesson` says after the dungeon's name, up to the side.
+_STAIRS_AT = "the staircase down is at the end of the"
+
+
 def _lesson(d: Dungeon, fact: str) -> str:
     return f"In {d.name} {fact}"
 
@@ -372,7 +377,26 @@ def oracle_lesson(task: int | str) -> str:
         'In the Vault of Marrow the staircase down is at the end of the west branch.'
     """
     d = dungeon(task)
-    return _lesson(d, f"the staircase down is at the end of the {d.side} branch.")
+    return _lesson(d, f"{_STAIRS_AT} {d.side} branch.")
+
+
+def lesson_stem(task: int | str) -> LessonStem | None:
+    """The oracle lesson with its one fact, the side, left blank: what the ``stem`` extractor
+    fills (the family's :attr:`~comprl_gym.families.FamilySpec.lesson_stem`). ``None`` for a
+    task that names no dungeon.
+
+    Example:
+        >>> stem = lesson_stem("fork/vault-of-marrow")
+        >>> stem.opening, stem.choices
+        ('In the Vault of Marrow the staircase down is at the end of the', (' east branch.', ' west branch.'))
+        >>> stem.opening + stem.choices[1] == oracle_lesson("fork/vault-of-marrow")
+        True
+    """
+    try:
+        d = dungeon(task)
+    except ConfigurationError:
+        return None
+    return LessonStem(_lesson(d, _STAIRS_AT), tuple(f" {side} branch." for side in SIDES))
 
 
 def inverted_lesson(task: int | str) -> str:
@@ -383,7 +407,7 @@ def inverted_lesson(task: int | str) -> str:
         'In the Vault of Marrow the staircase down is at the end of the east branch.'
     """
     d = dungeon(task)
-    return _lesson(d, f"the staircase down is at the end of the {other_side(d.side)} branch.")
+    return _lesson(d, f"{_STAIRS_AT} {other_side(d.side)} branch.")
 
 
 #: The placebo's words after the dungeon's name: as many words as the oracle's (11), one
