@@ -109,13 +109,23 @@ oracle,exemplar,lost_case`` to repeat them):
         --held-out test_large --tasks 256 --untrained-tasks 0 \
         --arms none,exemplar,placebo,inverted,oracle \
         --out $R/experience_transfer_streaming_mismatched_large
+    # extractor_memory_stem_{static,complementary}.json: the library's trainers from the
+    # reader_coin reader, the extractor filling the family's lesson stem (it chooses the side)
+    S="--load-reader reader_oe80_coin30.pt --train-tasks 8 --iterations 10 --lr 1e-4 --visits 2
+       --arms none,own,oracle --extractor-format stem --merge-interval 0
+       --extractor-temperature 1.0 --extractor-lr 2e-4"
+    $B --trainer static_experience $S --out $R/extractor_memory_stem_static
+    $B --trainer complementary $S --paired-with $R/extractor_memory_stem_static.json \
+        --out $R/extractor_memory_stem_complementary
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -142,6 +152,7 @@ WARMUP_SIDES = ("both", "true")
 #: ``--trainer``: the benchmark's lesson-reading trainer, or one of the library's.
 TRAINERS = ("reading", "static_experience", "complementary")
 
+from comprl_gym.envs.memory import DUNGEON_NAMES, dungeon  # noqa: E402
 from comprl_gym.trainers.complementary import StaticExperienceTrainer  # noqa: E402
 
 
@@ -521,6 +532,18 @@ def shown_own_dungeon(record: dict[str, Any]) -> bool:
     )
 
 
+@functools.cache
+def _dungeon_names() -> re.Pattern[str]:
+    # Longest first: no name is read as a shorter name it contains.
+    return re.compile("|".join(re.escape(n) for n in sorted(DUNGEON_NAMES, key=len, reverse=True)))
+
+
+def dungeon_named(text: str) -> Any:
+    """The dungeon of the first dungeon name in ``text`` (``None``: it names none)."""
+    found = _dungeon_names().search(text)
+    return None if found is None else dungeon(found.group(0))
+
+
 def sides_named(texts: list[str]) -> dict[str, int]:
     """What a store's lessons say about their dungeon's side, counted: ``right`` (they name
     the stairs' side only), ``wrong`` (the other side only), ``both``, ``neither`` (no side at
@@ -528,19 +551,14 @@ def sides_named(texts: list[str]) -> dict[str, int]:
     west in the lesson's text (after the store's ``## Content:`` heading, where there is one);
     the dungeon is the first dungeon name in it. Whether an extractor writes the one fact a
     later visit needs, independent of whether the actor then reads it."""
-    import re
-
-    from comprl_gym.envs.memory import DUNGEON_NAMES, dungeon
-
-    names = re.compile("|".join(re.escape(n) for n in sorted(DUNGEON_NAMES, key=len, reverse=True)))
     counts = dict.fromkeys(("right", "wrong", "both", "neither", "no_dungeon"), 0)
     for text in texts:
-        found = names.search(text)
-        if found is None:
+        named = dungeon_named(text)
+        if named is None:
             counts["no_dungeon"] += 1
             continue
         said = set(re.findall(r"\b(east|west)\b", text.split("## Content:")[-1].lower()))
-        side = dungeon(found.group(0)).side
+        side = named.side
         key = {frozenset(): "neither", frozenset({side}): "right"}.get(frozenset(said))
         counts[key or ("both" if len(said) == 2 else "wrong")] += 1
     return counts
@@ -594,6 +612,52 @@ def credit_agreement(batch_log: list[dict[str, Any]], sides: dict[int, str]) -> 
             "agree_fraction": agree / signed if signed else None,
             "batches": len(batches),
             "batches_with_signal": with_signal,
+        }
+    return out
+
+
+def own_lessons(result: dict[str, Any]) -> dict[int, tuple[str, int | None]]:
+    """Per held-out dungeon (index) the ``own`` arm's store wrote about: what its lesson says
+    (:func:`side_of`) and whether the visit-1 episode it was written from was won."""
+    dungeons = result["held_out_dungeons"]
+    won = {
+        dungeons[e["task_index"]]: e["won"]
+        for e in result["episodes"]
+        if e["arm"] == "own" and e["visit"] == 1
+    }
+    lessons = {}
+    for text in result.get("store_texts", {}).get("own", []):
+        named = dungeon_named(text)
+        if named is not None:
+            lessons[named.index] = (side_of(text), won.get(named.index))
+    return lessons
+
+
+def compare_lessons(this: dict[str, Any], that: dict[str, Any]) -> dict[str, Any]:
+    """Whether two runs' extractors name the stairs' right side, dungeon by dungeon: over the
+    held-out dungeons both ``own`` stores wrote about after a visit-1 episode with the same
+    outcome in both runs (all of them, those won, those lost), each run's count of lessons
+    naming the right side and this run's rate minus that one's, paired (Newcombe's interval,
+    McNemar's exact p). A difference here is the extractors' alone: same dungeons, same
+    outcomes."""
+    from comprl_gym.evaluation.stats import mcnemar_exact_p, paired_difference_interval
+
+    mine, theirs = own_lessons(this), own_lessons(that)
+    out: dict[str, Any] = {}
+    for label, outcome in (("all", None), ("won", 1), ("lost", 0)):
+        shared = [
+            k
+            for k in sorted(set(mine) & set(theirs))
+            if mine[k][1] == theirs[k][1] and (outcome is None or mine[k][1] == outcome)
+        ]
+        a = [float(mine[k][0] == "right") for k in shared]
+        b = [float(theirs[k][0] == "right") for k in shared]
+        out[label] = {
+            "dungeons": len(shared),
+            "right_this": int(sum(a)),
+            "right_that": int(sum(b)),
+            "difference": paired_difference_interval(a, b).to_dict() if shared else None,
+            "mcnemar_p": mcnemar_exact_p(a, b) if shared else None,
         }
     return out
 
@@ -797,7 +861,8 @@ def main() -> int:
     for flag, path in (("--load-reader", args.load_reader), ("--paired-with", args.paired_with)):
         if path and not Path(path).is_file():
             parser.error(f"{flag}: no file {path}")
-    other = json.loads(Path(args.paired_with).read_text())["episodes"] if args.paired_with else None
+    other_result = json.loads(Path(args.paired_with).read_text()) if args.paired_with else None
+    other = other_result["episodes"] if other_result is not None else None
 
     from comprl_gym.env_factory import EnvSpec
     from comprl_gym.envs.memory import inverted_lesson, oracle_lesson, placebo_lesson
@@ -991,6 +1056,7 @@ def main() -> int:
             "file": Path(args.paired_with).name,
             "arm": "own",
             "this_minus_that": compare_runs(records, other, "own"),
+            "lessons_right": compare_lessons(out, other_result),
         }
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)

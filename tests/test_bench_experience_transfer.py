@@ -181,6 +181,37 @@ def test_credit_agreement_signs_each_rule_against_what_the_lesson_says():
     assert bench.side_of(marrow) == "right" and bench.side_of("go east") == "no_dungeon"
 
 
+def test_compare_lessons_pairs_dungeons_whose_first_visit_ended_alike():
+    """Worked by hand: dungeon 192 lost in both runs (this run's lesson right, that one's
+    wrong), 193 won in both (both right), 194 won in one run and lost in the other (left
+    out)."""
+
+    def result(outcomes, kinds):
+        return {
+            "held_out_dungeons": [192, 193, 194],
+            "episodes": [
+                {"arm": "own", "visit": 1, "task_index": t, "won": w}
+                for t, w in enumerate(outcomes)
+            ],
+            "store_texts": {
+                "own": [
+                    f"## Title: memory\n## Content: {bench.lesson_text(k, 192 + t)}"
+                    for t, k in enumerate(kinds)
+                ]
+            },
+        }
+
+    this = result([0, 1, 0], ["oracle", "oracle", "oracle"])
+    that = result([0, 1, 1], ["inverted", "oracle", "inverted"])
+    out = bench.compare_lessons(this, that)
+    assert {k: (v["dungeons"], v["right_this"], v["right_that"]) for k, v in out.items()} == {
+        "all": (2, 2, 1),
+        "won": (1, 1, 1),
+        "lost": (1, 1, 0),
+    }
+    assert out["all"]["difference"]["mean"] == 0.5 and out["all"]["mcnemar_p"] == 1.0
+
+
 def test_lesson_text_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown lesson kind"):
         bench.lesson_text("rumour", 0)
