@@ -117,6 +117,10 @@ oracle,exemplar,lost_case`` to repeat them):
     $B --trainer static_experience $S --out $R/extractor_memory_stem_static
     $B --trainer complementary $S --paired-with $R/extractor_memory_stem_static.json \
         --out $R/extractor_memory_stem_complementary
+    $B --trainer complementary --credit paired $S \
+        --paired-with $R/extractor_memory_stem_static.json \
+        --out $R/extractor_memory_stem_complementary_paired
+    # (the first two again with --seed 1 --untrained-tasks 0: ..._seed1.json)
 """
 
 from __future__ import annotations
