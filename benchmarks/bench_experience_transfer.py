@@ -154,7 +154,7 @@ COIN_LESSONS = ("none", "mismatched")
 #: ``--warmup-sides``: each training dungeon's lesson written for both sides, or its own only.
 WARMUP_SIDES = ("both", "true")
 #: ``--trainer``: the benchmark's lesson-reading trainer, or one of the library's.
-TRAINERS = ("reading", "static_experience", "complementary")
+TRAINERS = ("reading", "grpo", "static_experience", "experience_only", "complementary")
 
 from comprl_gym.envs.memory import DUNGEON_NAMES, dungeon  # noqa: E402
 from comprl_gym.trainers.complementary import StaticExperienceTrainer  # noqa: E402
@@ -743,9 +743,10 @@ def main() -> int:
         choices=TRAINERS,
         default="reading",
         help="reading: the benchmark's lesson-reading trainer (oracle lessons of the training "
-        "dungeons, no extractor); static_experience or complementary: the library's trainers, "
-        "the store filled by their extractor (frozen or trained by CISPO), compared on the "
-        "'own' arm with --paired-with",
+        "dungeons, no extractor); static_experience, experience_only or complementary: the "
+        "library's trainers, the store filled by their extractor (frozen, or trained by CISPO "
+        "beside a frozen or a GRPO actor), compared on the 'own' arm with --paired-with; grpo: "
+        "the library's GRPO, no experience (no 'own' arm)",
     )
     parser.add_argument(
         "--train-tasks",
@@ -763,10 +764,11 @@ def main() -> int:
     parser.add_argument("--extractor-lr", type=float, default=5.0e-5, help="its learning rate")
     parser.add_argument(
         "--extractor-format",
-        choices=("plain", "stem"),
+        choices=("plain", "stem", "exemplar"),
         default="plain",
         help="what the extractor writes (experience.extractor_format): plain (a sentence of its "
-        "own) or stem (the family's lesson with the side left blank: it chooses east or west)",
+        "own), stem (the family's lesson with the side left blank: it chooses east or west) or "
+        "exemplar (no model: a won episode's task and actions, the case-based baseline)",
     )
     parser.add_argument(
         "--extractor-temperature",
@@ -860,6 +862,8 @@ def main() -> int:
         parser.error("--untrained-tasks: between 0 and --tasks")
     if not 1 <= args.train_tasks <= 192:
         parser.error("--train-tasks: between 1 and 192 (the training split)")
+    if args.trainer == "grpo" and "own" in arm_names:
+        parser.error("--arms: grpo has no extractor to write the 'own' arm's lessons")
     if args.trainer != "reading" and args.all_with_lessons:
         parser.error("--all-with-lessons is the reading trainer's (the library's keep both halves)")
     for flag, path in (("--load-reader", args.load_reader), ("--paired-with", args.paired_with)):
