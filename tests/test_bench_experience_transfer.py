@@ -212,6 +212,28 @@ def test_compare_lessons_pairs_dungeons_whose_first_visit_ended_alike():
     assert out["all"]["difference"]["mean"] == 0.5 and out["all"]["mcnemar_p"] == 1.0
 
 
+def test_pooled_runs_pair_each_task_only_with_its_partner_run():
+    """Worked by hand: pair 1 has task 0 won 1 against 0 and task 1 won 1 against 1; pair 2
+    reuses task index 0 (another seed: won 0 against 1). Pooled: 3 pairs, 2 - 2 wins = 0;
+    keyed by task alone, pair 2's task 0 would have overwritten pair 1's."""
+    import pool_runs
+
+    def run(seed, *won):
+        return {
+            "episodes": [
+                {"arm": "own", "visit": 2, "task_index": t, "won": w, "reset_seed": seed,
+                 "sampling_seed": seed}
+                for t, w in enumerate(won)
+            ]
+        }  # fmt: skip
+
+    out = pool_runs.pooled([(run(0, 1, 1), run(0, 0, 1)), (run(1, 0), run(1, 1))], "own")
+    assert out["2"]["pairs"] == 3 and out["2"]["difference"]["mean"] == 0.0
+    assert out["all"]["mcnemar_p"] == 1.0  # one discordant pair each way
+    with pytest.raises(ValueError, match="do not share their seeds"):
+        pool_runs.pooled([(run(0, 1), run(5, 1))], "own")
+
+
 def test_lesson_text_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown lesson kind"):
         bench.lesson_text("rumour", 0)
