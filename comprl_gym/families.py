@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from comprl_gym.core import ConfigurationError
+from comprl_gym.utils import load_object
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,7 @@ class FamilySpec:
         """The stem of a lesson about ``task_id`` (:attr:`lesson_stem`), or ``None``."""
         if not self.lesson_stem:
             return None
-        module_name, _, attribute = self.lesson_stem.partition(":")
-        return getattr(importlib.import_module(module_name), attribute)(task_id)
+        return load_object(self.lesson_stem)(task_id)
 
     def __post_init__(self) -> None:
         strays = [e.env_id for e in self.entries if e.family not in ("", self.name)]

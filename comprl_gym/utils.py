@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import json
 import math
 import os
@@ -111,3 +112,10 @@ def jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
+
+
+def load_object(path: str) -> Any:
+    """Import ``"package.module:Name"`` (the form family specs and configs name code by, so
+    listing them imports nothing until the object is used)."""
+    module_name, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from comprl_gym.core import ConfigurationError
 from comprl_gym.families import family_spec
+from comprl_gym.utils import load_object
 
 
 @runtime_checkable
@@ -49,12 +50,6 @@ class RandomAgent:
     def act(self, observation: str, info: dict[str, Any]) -> str:
         actions = info.get("admissible_actions") or self._fallback
         return self._rng.choice(list(actions))
-
-
-def load_object(path: str) -> Any:
-    """Import ``"package.module:Name"``."""
-    module_name, _, attribute = path.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
 
 
 def make_agent(spec: str, env: Any, seed: int | None = None) -> Agent:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from comprl_gym.agents.base import load_object
 from comprl_gym.trainers.config import (
     ExperienceSettings,
     LoraSettings,
     ModelSettings,
     TrainConfig,
 )
+from comprl_gym.utils import load_object
 
 __all__ = [
     "ComplementaryRLTrainer",
