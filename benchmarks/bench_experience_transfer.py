@@ -158,6 +158,7 @@ TRAINERS = ("reading", "grpo", "static_experience", "experience_only", "compleme
 
 from comprl_gym.envs.memory import DUNGEON_NAMES, dungeon  # noqa: E402
 from comprl_gym.trainers.complementary import StaticExperienceTrainer  # noqa: E402
+from comprl_gym.trainers.extractor import batch_advantages  # noqa: E402
 
 
 class LessonReadingTrainer(StaticExperienceTrainer):
@@ -588,14 +589,12 @@ def credit_agreement(batch_log: list[dict[str, Any]], sides: dict[int, str]) -> 
     for rule in ("batch", "paired"):
         judged = signed = agree = with_signal = 0
         for batch in batches.values():
-            rewards = [r[f"r_{rule}"] for r in batch if r[f"r_{rule}"] is not None]
-            mean = sum(rewards) / len(rewards) if rewards else 0.0
+            scored = [r for r in batch if r[f"r_{rule}"] is not None]
+            rewards = [r[f"r_{rule}"] for r in scored]
+            # The extractor's own advantages: r - mean(r) for the reference rule, r for paired.
+            advantages = batch_advantages(rewards) if rule == "batch" else rewards
             signal = False
-            for record in batch:
-                r = record[f"r_{rule}"]
-                if r is None:
-                    continue
-                advantage = r - mean if rule == "batch" else r
+            for record, advantage in zip(scored, advantages):
                 signal = signal or abs(advantage) > 1e-9
                 side = [sides.get(int(i)) for i in record["ids"]]
                 if (

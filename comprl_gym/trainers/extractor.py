@@ -277,7 +277,7 @@ class ExperienceExtractor:
         return self.counts.malformed
 
     # ------------------------------------------------------------------ generation
-    def _sampling(self, max_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Any:
+    def _sampling(self, max_tokens: int | None = None) -> Any:
         from comprl_gym.llm import SamplingParams
 
         self.generations += 1
@@ -285,7 +285,6 @@ class ExperienceExtractor:
             max_tokens=max_tokens or self.max_new_tokens,
             temperature=self.temperature,
             seed=self.seed * 1_000_003 + self.generations,
-            stop=stop,
             logprobs=True,
         )
 
@@ -631,12 +630,15 @@ class ExperienceExtractor:
         limit = self._max_train_count(generation)
         return generation.times_trained < limit and generation.times_skipped < limit
 
-    def reward_of(self, generation: ExtractorGeneration) -> float | None:
-        """``r`` of a generation under ``extractor_baseline`` (``None``: not enough uses yet).
-        A refinement's and a rejection's reward is fixed when they are made."""
+    def reward_of(
+        self, generation: ExtractorGeneration, baseline: str | None = None
+    ) -> float | None:
+        """``r`` of a generation under ``baseline`` (default ``extractor_baseline``; ``None``:
+        not enough uses yet). A refinement's and a rejection's reward is fixed when they are
+        made."""
         if generation.kind in ("refine", "rejected"):
             return generation.reward
-        if self.settings.extractor_baseline == "paired":
+        if (baseline or self.settings.extractor_baseline) == "paired":
             return self.paired_reward(generation.written_ids)
         return generation_reward(
             self.manager,
@@ -708,7 +710,6 @@ class ExperienceExtractor:
                 if self.on_weights_changed is not None:
                     self.on_weights_changed()
         for generation, sample in ready:
-            fixed = generation.kind in ("refine", "rejected")
             self.batch_log.append(
                 {
                     "actor_step": actor_step,
@@ -716,18 +717,8 @@ class ExperienceExtractor:
                     "ids": list(generation.written_ids),
                     "advantage": sample.advantage,
                     "stepped": stepped,
-                    "r_batch": generation.reward
-                    if fixed
-                    else generation_reward(
-                        self.manager,
-                        generation.written_ids,
-                        1,
-                        tuple(generation.baseline),  # type: ignore[arg-type]
-                        generation.critic_adjustment,
-                    ),
-                    "r_paired": generation.reward
-                    if fixed
-                    else self.paired_reward(generation.written_ids),
+                    "r_batch": self.reward_of(generation, "batch"),
+                    "r_paired": self.reward_of(generation, "paired"),
                 }
             )
         # Generations that can never be trained again are forgotten.
