@@ -947,6 +947,7 @@ def main() -> int:
             curve = [
                 {
                     "iteration": r["step"],
+                    "success": r.get("success"),  # every rollout (GRPO has no halves)
                     "with_experience": r.get("with_experience/success"),
                     "without_experience": r.get("without_experience/success"),
                 }

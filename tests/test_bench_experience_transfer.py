@@ -306,3 +306,44 @@ def test_a_saved_reader_starts_a_library_trainer_paired_with_the_first_run(tmp_p
     assert row["iteration"] == 1 and "extractor/updates" in row
     assert set(b["credit_agreement"]) == {"batch", "paired"}
     assert isinstance(b["extractor_batches"], list)
+
+
+def test_paper_table_pairs_each_method_deployed_arm_seed_by_seed():
+    """Worked by hand. GRPO streams no store, so its deployed arm is 'none'; static's is 'own'.
+    Seed 0: static's own wins tasks 0 and 1, GRPO's none task 0 only; seed 1: static's own wins
+    task 0, GRPO's none wins tasks 0 and 1. Static minus GRPO pooled over 4 pairs: (3 - 3) / 4
+    = 0, one discordant pair each way (McNemar p 1). Static's own minus its none over its three
+    seeds: 4 of 6 against 0, +2/3. Static's seed 2, which GRPO never ran, pairs with nothing."""
+    import paper_table
+
+    def run(seed, algorithm, arms):
+        episodes = [
+            {"arm": arm, "visit": 1, "task_index": t, "won": w, "reset_seed": t,
+             "sampling_seed": seed}
+            for arm, won in arms.items() for t, w in enumerate(won)
+        ]  # fmt: skip
+        return {
+            "config": {"seed": seed, "algorithm": algorithm,
+                       "experience": {"extractor_format": "stem"}},
+            "episodes": episodes,
+        }  # fmt: skip
+
+    static = [run(0, "static_experience", {"none": [0, 0], "own": [1, 1]}),
+              run(1, "static_experience", {"none": [0, 0], "own": [1, 0]}),
+              run(2, "static_experience", {"none": [0, 0], "own": [1, 0]})]  # fmt: skip
+    grpo = [run(0, "grpo", {"none": [1, 0]}), run(1, "grpo", {"none": [1, 1]})]
+    out = paper_table.table({"GRPO": grpo, "static": static}, ["GRPO"])
+    grpo_row, static_row = out["rows"]
+    assert grpo_row["deployed_arm"] == "none" and static_row["deployed_arm"] == "own"
+    assert static_row["success"]["own"]["1"]["mean"] == 4 / 6
+    assert static_row["per_seed"]["1"] == {"none": 0.0, "own": 0.5}
+    assert static_row["deployed_minus_none"]["1"]["difference"]["mean"] == 4 / 6
+    vs = static_row["versus"]["GRPO"]
+    assert vs["seeds"] == [0, 1]
+    assert vs["this_minus_that"]["1"]["pairs"] == 4
+    assert vs["this_minus_that"]["1"]["difference"]["mean"] == 0.0
+    assert vs["this_minus_that"]["1"]["mcnemar_p"] == 1.0
+    assert vs["per_seed"]["0"]["1"]["difference"]["mean"] == 0.5  # 2 - 1 of 2
+    assert vs["per_seed"]["1"]["1"]["difference"]["mean"] == -0.5  # 1 - 2 of 2
+    assert "GRPO" not in grpo_row["versus"]  # not against itself
+    assert "| static | 0,1,2 | 0.67 [" in paper_table.markdown(out)
