@@ -121,6 +121,13 @@ oracle,exemplar,lost_case`` to repeat them):
         --paired-with $R/extractor_memory_stem_static.json \
         --out $R/extractor_memory_stem_complementary_paired
     # (the first two again with --seed 1 --untrained-tasks 0: ..._seed1.json)
+    # extractor_memory_table.{json,md,png}, the paper's table: the other trainers from the
+    # same reader with $S --untrained-tasks 0 --threads 1 (two runs side by side), seeds 0-2
+    # (--seed N writes ..._seedN; static and Complementary RL's seed 2 likewise), then
+    # benchmarks/paper_table.py (the command is in its docstring)
+    $B --trainer grpo $S --arms none,oracle --out $R/extractor_memory_grpo
+    $B --trainer experience_only $S --out $R/extractor_memory_stem_experience_only
+    $B --trainer static_experience $S --extractor-format exemplar --out $R/extractor_memory_exemplar
 """
 
 from __future__ import annotations

@@ -72,9 +72,11 @@ def extractor_row(results: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {}
     for store in ("training_run", "own"):
-        right = sum(r["store_sides"].get(store, {}).get("right", 0) for r in results)
-        named = right + sum(r["store_sides"].get(store, {}).get("wrong", 0) for r in results)
-        out[store] = {"right": right, "named": named}
+        sides = [r["store_sides"].get(store, {}) for r in results]
+        out[store] = {
+            "right": sum(s.get("right", 0) for s in sides),
+            "lessons": sum(sum(s.values()) for s in sides),  # both sides or none count too
+        }
     agreement = [r["credit_agreement"]["batch"] for r in results if r.get("credit_agreement")]
     out["batches_with_signal"] = sum(a["batches_with_signal"] for a in agreement)
     out["batches"] = sum(a["batches"] for a in agreement)
@@ -158,7 +160,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"oracle, visit {last}",
         "deployed − none",
         *(f"deployed − {other}'s" for other in result["versus"]),
-        "right-side lessons (train / held-out)",
+        "lessons naming the right side (training / held-out store)",
+        "CISPO batches with a gradient",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -174,11 +177,12 @@ def markdown(result: dict[str, Any]) -> str:
             diffs.append(f"{_ci(d['difference'], True)}, p {d['mcnemar_p']:.3f}")
         ex = row["extractor"]
         lessons = (
-            f"{ex['training_run']['right']}/{ex['training_run']['named']} / "
-            f"{ex['own']['right']}/{ex['own']['named']}"
+            f"{ex['training_run']['right']}/{ex['training_run']['lessons']} / "
+            f"{ex['own']['right']}/{ex['own']['lessons']}"
             if ex
             else "-"
         )
+        steps = f"{ex['batches_with_signal']} of {ex['batches']}" if ex and ex["batches"] else "-"
         lines.append(
             "| "
             + " | ".join(
@@ -191,6 +195,7 @@ def markdown(result: dict[str, Any]) -> str:
                     _ci(own_minus_none[last]["difference"], True) if own_minus_none else "-",
                     *diffs,
                     lessons,
+                    steps,
                 ]
             )
             + " |"

@@ -332,6 +332,9 @@ def test_paper_table_pairs_each_method_deployed_arm_seed_by_seed():
               run(1, "static_experience", {"none": [0, 0], "own": [1, 0]}),
               run(2, "static_experience", {"none": [0, 0], "own": [1, 0]})]  # fmt: skip
     grpo = [run(0, "grpo", {"none": [1, 0]}), run(1, "grpo", {"none": [1, 1]})]
+    for r in static:  # each store: 1 right, 1 wrong, 1 naming both sides (counted, not right)
+        r["store_sides"] = {s: {"right": 1, "wrong": 1, "both": 1} for s in ("own", "training_run")}
+        r["credit_agreement"] = {"batch": {"batches": 9, "batches_with_signal": 7}}
     out = paper_table.table({"GRPO": grpo, "static": static}, ["GRPO"])
     grpo_row, static_row = out["rows"]
     assert grpo_row["deployed_arm"] == "none" and static_row["deployed_arm"] == "own"
@@ -346,4 +349,11 @@ def test_paper_table_pairs_each_method_deployed_arm_seed_by_seed():
     assert vs["per_seed"]["0"]["1"]["difference"]["mean"] == 0.5  # 2 - 1 of 2
     assert vs["per_seed"]["1"]["1"]["difference"]["mean"] == -0.5  # 1 - 2 of 2
     assert "GRPO" not in grpo_row["versus"]  # not against itself
+    assert grpo_row["extractor"] is None
+    assert static_row["extractor"] == {
+        "training_run": {"right": 3, "lessons": 9},
+        "own": {"right": 3, "lessons": 9},
+        "batches_with_signal": 21,
+        "batches": 27,
+    }
     assert "| static | 0,1,2 | 0.67 [" in paper_table.markdown(out)
