@@ -223,7 +223,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
             if cell is None or (arm == "deployed" and name == "none"):
                 continue
             x = i + (k - 1) * width
-            ax.bar(x, cell["mean"], width, color=colour, label=label if i == 0 else None)
+            first = label not in ax.get_legend_handles_labels()[1]
+            ax.bar(x, cell["mean"], width, color=colour, label=label if first else None)
             ax.errorbar(
                 x,
                 cell["mean"],
