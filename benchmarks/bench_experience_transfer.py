@@ -120,7 +120,8 @@ oracle,exemplar,lost_case`` to repeat them):
     $B --trainer complementary --credit paired $S \
         --paired-with $R/extractor_memory_stem_static.json \
         --out $R/extractor_memory_stem_complementary_paired
-    # (the first two again with --seed 1 --untrained-tasks 0: ..._seed1.json)
+    # (the first two again with --seed 1 --untrained-tasks 0: ..._seed1.json; all three with
+    # --seed 1 and 2 for the table below)
     # extractor_memory_table.{json,md,png}, the paper's table: the other trainers from the
     # same reader with $S --untrained-tasks 0 --threads 1 (two runs side by side), seeds 0-2
     # (--seed N writes ..._seedN; static and Complementary RL's seed 2 likewise), then

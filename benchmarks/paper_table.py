@@ -23,6 +23,8 @@ dot per seed).
         --method "static experience" $R/extractor_memory_stem_static{,_seed1,_seed2}.json \\
         --method "experience-only" $R/extractor_memory_stem_experience_only{,_seed1,_seed2}.json \\
         --method "Complementary RL" $R/extractor_memory_stem_complementary{,_seed1,_seed2}.json \\
+        --method "Complementary RL, paired credit" \\
+            $R/extractor_memory_stem_complementary_paired{,_seed1,_seed2}.json \\
         --method "exemplar memory" $R/extractor_memory_exemplar{,_seed1,_seed2}.json \\
         --versus "static experience" --versus GRPO --out $R/extractor_memory_table
 """
@@ -77,7 +79,12 @@ def extractor_row(results: list[dict[str, Any]]) -> dict[str, Any] | None:
             "right": sum(s.get("right", 0) for s in sides),
             "lessons": sum(sum(s.values()) for s in sides),  # both sides or none count too
         }
-    agreement = [r["credit_agreement"]["batch"] for r in results if r.get("credit_agreement")]
+    # The batches of the credit rule the run trained with (its gradient; both rules are logged).
+    agreement = [
+        r["credit_agreement"][r["config"]["experience"].get("extractor_baseline", "batch")]
+        for r in results
+        if r.get("credit_agreement")
+    ]
     out["batches_with_signal"] = sum(a["batches_with_signal"] for a in agreement)
     out["batches"] = sum(a["batches"] for a in agreement)
     return out

@@ -334,7 +334,11 @@ def test_paper_table_pairs_each_method_deployed_arm_seed_by_seed():
     grpo = [run(0, "grpo", {"none": [1, 0]}), run(1, "grpo", {"none": [1, 1]})]
     for r in static:  # each store: 1 right, 1 wrong, 1 naming both sides (counted, not right)
         r["store_sides"] = {s: {"right": 1, "wrong": 1, "both": 1} for s in ("own", "training_run")}
-        r["credit_agreement"] = {"batch": {"batches": 9, "batches_with_signal": 7}}
+        r["credit_agreement"] = {
+            "batch": {"batches": 9, "batches_with_signal": 7},
+            "paired": {"batches": 9, "batches_with_signal": 9},
+        }
+    static[0]["config"]["experience"]["extractor_baseline"] = "paired"  # its rule's batches
     out = paper_table.table({"GRPO": grpo, "static": static}, ["GRPO"])
     grpo_row, static_row = out["rows"]
     assert grpo_row["deployed_arm"] == "none" and static_row["deployed_arm"] == "own"
@@ -353,7 +357,7 @@ def test_paper_table_pairs_each_method_deployed_arm_seed_by_seed():
     assert static_row["extractor"] == {
         "training_run": {"right": 3, "lessons": 9},
         "own": {"right": 3, "lessons": 9},
-        "batches_with_signal": 21,
+        "batches_with_signal": 9 + 7 + 7,
         "batches": 27,
     }
     assert "| static | 0,1,2 | 0.67 [" in paper_table.markdown(out)
