@@ -98,9 +98,9 @@ def method_row(name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError(f"{name}: its seeds' runs stream different arms")
     per_seed = {
         str(seed_of(r)): {
-            arm: streaming_summary(r["episodes"])[arm]["visits"][last]["success"]["mean"]
-            for arm in ARMS
-            if any(e["arm"] == arm for e in r["episodes"])
+            arm: cell["visits"][last]["success"]["mean"]
+            for arm, cell in streaming_summary(r["episodes"]).items()
+            if arm in ARMS
         }
         for r in results
     }
@@ -125,12 +125,11 @@ def method_row(name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
 def versus(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Deployed minus deployed over the seeds both methods ran, paired per (seed, task, visit)."""
     by_seed = {seed_of(r): r for r in theirs}
-    pairs = [
-        (as_deployed(r), as_deployed(by_seed[seed_of(r)])) for r in mine if seed_of(r) in by_seed
-    ]
-    if not pairs:
+    shared = [r for r in mine if seed_of(r) in by_seed]
+    if not shared:
         return None
-    seeds = [seed_of(r) for r in mine if seed_of(r) in by_seed]
+    seeds = [seed_of(r) for r in shared]
+    pairs = [(as_deployed(r), as_deployed(by_seed[seed])) for r, seed in zip(shared, seeds)]
     return {
         "seeds": seeds,
         "this_minus_that": pooled(pairs, "deployed"),
