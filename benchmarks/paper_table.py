@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pool_runs import pooled
+from pool_runs import keyed, pooled
 
 from comprl_gym.evaluation.streaming import streaming_summary
 from comprl_gym.utils import atomic_write_bytes
@@ -62,10 +62,7 @@ def seed_of(result: dict[str, Any]) -> int:
 
 def pooled_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     """``streaming_summary`` over several seeds' episodes, each keyed by (seed, task)."""
-    records = [
-        dict(e, task_index=(seed_of(r), e["task_index"])) for r in results for e in r["episodes"]
-    ]
-    return streaming_summary(records)
+    return streaming_summary([e for r in results for e in keyed(r, seed_of(r))])
 
 
 def extractor_row(results: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -91,6 +88,9 @@ def extractor_row(results: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def method_row(name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    seeds = [seed_of(r) for r in results]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{name}: each seed once, got seeds {seeds}")
     last = str(max(int(e["visit"]) for r in results for e in r["episodes"]))
     summary = pooled_summary(results)
     deployed = deployed_arm(results[0])
@@ -108,7 +108,7 @@ def method_row(name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         "method": name,
         "trainer": results[0]["config"]["algorithm"],
         "extractor_format": results[0]["config"]["experience"]["extractor_format"],
-        "seeds": [seed_of(r) for r in results],
+        "seeds": seeds,
         "deployed_arm": deployed,
         "last_visit": last,
         "success": {

@@ -26,6 +26,21 @@ from comprl_gym.evaluation.streaming import compare_runs
 from comprl_gym.utils import atomic_write_bytes
 
 
+def keyed(result: dict[str, Any], key: Any, arm: str | None = None) -> list[dict[str, Any]]:
+    """The run's episodes (of ``arm``, or all), each task index made ``(key, task)``, so that
+    several runs pool without one run's task overwriting another's of the same index.
+
+    Example:
+        >>> keyed({"episodes": [{"arm": "own", "task_index": 3}]}, 1)
+        [{'arm': 'own', 'task_index': (1, 3)}]
+    """
+    return [
+        dict(e, task_index=(key, e["task_index"]))
+        for e in result["episodes"]
+        if arm is None or e["arm"] == arm
+    ]
+
+
 def pooled(pairs: list[tuple[dict[str, Any], dict[str, Any]]], arm: str) -> dict[str, Any]:
     """``arm`` of each pair's first run minus its second, pooled over the pairs, per visit.
 
@@ -37,15 +52,8 @@ def pooled(pairs: list[tuple[dict[str, Any], dict[str, Any]]], arm: str) -> dict
         >>> out["1"]["pairs"], out["1"]["difference"]["mean"]
         (2, 0.5)
     """
-    mine: list[dict[str, Any]] = []
-    theirs: list[dict[str, Any]] = []
-    for k, (this, that) in enumerate(pairs):
-        for result, into in ((this, mine), (that, theirs)):
-            into += [
-                dict(e, task_index=(k, e["task_index"]))
-                for e in result["episodes"]
-                if e["arm"] == arm
-            ]
+    mine = [e for k, (this, _) in enumerate(pairs) for e in keyed(this, k, arm)]
+    theirs = [e for k, (_, that) in enumerate(pairs) for e in keyed(that, k, arm)]
     return compare_runs(mine, theirs, arm)
 
 

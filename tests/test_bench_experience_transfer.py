@@ -361,3 +361,5 @@ def test_paper_table_pairs_each_method_deployed_arm_seed_by_seed():
         "batches": 27,
     }
     assert "| static | 0,1,2 | 0.67 [" in paper_table.markdown(out)
+    with pytest.raises(ValueError, match="each seed once"):  # a file given twice
+        paper_table.table({"GRPO": [grpo[0], grpo[0]]}, [])
