@@ -66,6 +66,39 @@ class LessonStem:
 
 
 @dataclass(frozen=True)
+class LessonVerdict:
+    """What a family's lesson judge says of one lesson: the task it is about (``None``: it
+    names none of the family's tasks) and whether the one fact it states about that task is
+    ``"right"``, ``"wrong"``, ``"both"`` (it states both answers) or ``"neither"`` (no fact).
+
+    Example:
+        >>> LessonVerdict(task_id=3, verdict="right").right
+        True
+    """
+
+    task_id: Any
+    verdict: str
+
+    @property
+    def right(self) -> bool:
+        return self.verdict == "right"
+
+
+@dataclass(frozen=True)
+class ReadingExample:
+    """One supervised example of the reading warm-up: the env reset with ``reset_options``
+    (e.g. ``{"task_id": 3}``), the actor shown ``lessons`` in its system prompt, and the first
+    action a reader of those lessons takes (``answer``, an admissible action). ``format``
+    names the lesson format, so the warm-up can log a loss per format."""
+
+    task_id: Any
+    reset_options: dict[str, Any]
+    lessons: tuple[str, ...]
+    answer: str
+    format: str
+
+
+@dataclass(frozen=True)
 class FamilySpec:
     """Everything the package needs to know about one env family.
 
@@ -81,6 +114,19 @@ class FamilySpec:
             :class:`LessonStem` of a lesson about that task, or ``None``. The ``stem``
             extractor format starts the extractor's reply with it, so the model writes only
             the fact. Empty when the family has none.
+        lesson_judge: ``"module:function"`` that, given a lesson's text, returns a
+            :class:`LessonVerdict` (which task it is about, whether its fact is right). A family
+            with a judge gets the "lessons that name the right fact" metric in training, the
+            extractor probe and the streaming evaluation. Empty when the family has none.
+        fixed_lessons: ``"module:function"`` that, given a lesson kind (one of
+            :attr:`fixed_lesson_kinds`) and a task id, returns the text of that fixed lesson
+            about the task (e.g. ``oracle``, ``inverted``, ``placebo``): the fixed arms of
+            a streaming evaluation. Empty when the family has none.
+        fixed_lesson_kinds: the kinds :attr:`fixed_lessons` writes.
+        reading_examples: ``"module:function"`` called as ``f(split, formats, sides,
+            env_kwargs)`` that returns the :class:`ReadingExample` list of the reading warm-up
+            (``formats``: the lesson formats to show, ``sides``: the family's labelling
+            option). Empty when the family has none (the warm-up is then refused).
     """
 
     name: str
@@ -90,12 +136,32 @@ class FamilySpec:
     action_grammar: str
     extractor_focus: str
     lesson_stem: str = ""
+    lesson_judge: str = ""
+    fixed_lessons: str = ""
+    fixed_lesson_kinds: tuple[str, ...] = ()
+    reading_examples: str = ""
 
     def stem_for(self, task_id: str) -> LessonStem | None:
         """The stem of a lesson about ``task_id`` (:attr:`lesson_stem`), or ``None``."""
         if not self.lesson_stem:
             return None
         return load_object(self.lesson_stem)(task_id)
+
+    def judge(self, text: str) -> LessonVerdict | None:
+        """:attr:`lesson_judge`'s verdict on ``text``, or ``None`` when the family has no judge."""
+        if not self.lesson_judge:
+            return None
+        return load_object(self.lesson_judge)(text)
+
+    def fixed_lesson(self, kind: str, task_id: Any) -> str:
+        """The fixed lesson of ``kind`` about ``task_id`` (:attr:`fixed_lessons`); a
+        :class:`~comprl_gym.core.ConfigurationError` naming the family for a kind it lacks."""
+        if kind not in self.fixed_lesson_kinds:
+            raise ConfigurationError(
+                f"family {self.name!r} has no fixed lesson {kind!r} "
+                f"(it has: {', '.join(self.fixed_lesson_kinds) or 'none'})"
+            )
+        return load_object(self.fixed_lessons)(kind, task_id)
 
     def __post_init__(self) -> None:
         strays = [e.env_id for e in self.entries if e.family not in ("", self.name)]
