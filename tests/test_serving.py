@@ -357,3 +357,86 @@ def test_the_experience_augmented_form_is_served_as_in_process(tmp_path):
     ):
         RemoteEnv(running.url, experience=True).reset(seed=0)
     manager.close()
+
+
+class _SlowEnv(gym.Env):
+    """A text env whose ``slow`` action blocks for :attr:`STEP_S`: a long call in flight."""
+
+    STEP_S = 2.0
+    made = 0
+    closed = 0
+
+    def __init__(self):
+        from comprl_gym.core import UnicodeText
+
+        self.observation_space = UnicodeText(max_length=64)
+        self.action_space = UnicodeText(max_length=64)
+        type(self).made += 1
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "start", {"step": 0}
+
+    def step(self, action):
+        if action == "slow":
+            time.sleep(self.STEP_S)
+        return "moved", 0.0, False, False, {"step": 1}
+
+    def close(self):
+        type(self).closed += 1
+
+
+SLOW = "comprl-test/Slow-v0"
+
+
+def test_aborted_clients_free_their_sessions_at_once_even_mid_call():
+    # A hostile crowd: 20 clients at once on a server of capacity 8, each resets, starts a
+    # 2-second step and drops its TCP connection without a close frame. Every slot must come
+    # back while those steps are still running, a good client must be served at once, and
+    # every env must be closed once its step returns.
+    gym.register(SLOW, entry_point=_SlowEnv)
+    _SlowEnv.made = _SlowEnv.closed = 0
+    app = make_app([SLOW], max_sessions=8, idle_timeout_s=60)
+
+    async def abort_mid_step(url: str) -> bool:
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import ConnectionClosed
+
+        ws = await connect(url.replace("http://", "ws://") + "/ws")
+        try:
+            try:
+                await ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+                reply = json.loads(await ws.recv())
+            except ConnectionClosed:  # refused at capacity: the server said so and closed
+                return False
+            if reply["type"] == "error":
+                return False
+            await ws.send(json.dumps({"type": "step", "data": {"text": "slow"}}))
+            await asyncio.sleep(0.2)  # the step is running on the session's thread
+            return True
+        finally:
+            ws.transport.abort()  # no close frame: the connection just drops
+
+    try:
+        with serve_in_background(app) as running:
+
+            async def crowd() -> list[bool]:
+                return await asyncio.gather(*(abort_mid_step(running.url) for _ in range(20)))
+
+            started = asyncio.run(crowd())
+            aborted_at = time.monotonic()
+            assert sum(started) == 8  # the bound held: 8 sessions, 12 refused
+            freed_s = _wait_for_sessions(running.url, 0, within_s=_SlowEnv.STEP_S)
+            assert freed_s < 0.5, f"sessions held {freed_s:.2f} s after their clients left"
+            assert _SlowEnv.closed < _SlowEnv.made  # the slow steps are still in flight
+            good = RemoteEnv(running.url, env_id=SLOW)
+            assert good.reset(seed=0)[0] == "start"
+            assert good.step("fast")[0] == "moved"
+            assert time.monotonic() - aborted_at < _SlowEnv.STEP_S  # served at once
+            good.close()
+            deadline = time.monotonic() + 10
+            while _SlowEnv.closed < _SlowEnv.made and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _SlowEnv.closed == _SlowEnv.made, (_SlowEnv.made, _SlowEnv.closed)
+    finally:
+        gym.registry.pop(SLOW, None)

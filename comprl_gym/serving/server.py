@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import hmac
 import json
@@ -50,6 +51,7 @@ from openenv.core.env_server.types import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
+from starlette.websockets import WebSocketDisconnected
 
 import comprl_gym
 from comprl_gym.core import ComprlGymError, ConfigurationError
@@ -188,12 +190,91 @@ class ComprlEnvironment(Environment[ComprlAction, ComprlObservation, ComprlState
             self._env = None
 
 
+class _Connection:
+    """One WebSocket connection as :class:`WatchDisconnects` sees it: whether the client has
+    gone, and the session the server made for it (once made)."""
+
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+        self.session_id: str | None = None
+        self.server: _EnvServer | None = None
+
+    def release(self) -> None:
+        """Free the connection's session now (the client has gone)."""
+        if self.server is not None and self.session_id is not None:
+            asyncio.ensure_future(self.server.release_session(self.session_id))
+
+
+#: The connection whose ``/ws`` handler runs in this task (set by :class:`WatchDisconnects`).
+_CONNECTION: contextvars.ContextVar[_Connection | None] = contextvars.ContextVar(
+    "comprl_connection", default=None
+)
+
+
+class WatchDisconnects:
+    """ASGI middleware: a ``/ws`` client that leaves frees its session at once.
+
+    OpenEnv's handler learns of a disconnect only when it next reads a message, so a session
+    whose client aborted during a long reset or step (a first MiniHack import, a SWE-bench
+    command) kept its slot until that call ended or the idle reaper came. Here a task reads
+    the connection's messages as they arrive (at most :attr:`QUEUE` ahead, so a client that
+    floods the socket is still held back) and, on ``websocket.disconnect``, frees the session
+    at once: the slot is given back, and the env is closed on its own thread as soon as its
+    call in flight returns.
+    """
+
+    QUEUE = 32
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        connection = _Connection()
+        inbox: asyncio.Queue = asyncio.Queue(maxsize=self.QUEUE)
+
+        async def pump() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    connection.gone.set()
+                    connection.release()
+                await inbox.put(message)
+                if message["type"] == "websocket.disconnect":
+                    return
+
+        reader = asyncio.ensure_future(pump())
+        token = _CONNECTION.set(connection)
+        try:
+            await self.app(scope, inbox.get, send)
+        finally:
+            _CONNECTION.reset(token)
+            reader.cancel()
+
+
 class _EnvServer(HTTPEnvServer):
-    """OpenEnv's server, except that a session busy in a long reset or step is not idle.
+    """OpenEnv's server, except that a session busy in a long reset or step is not idle, and
+    a session whose client has gone is freed at once (:class:`WatchDisconnects`).
 
     OpenEnv's reaper measures idleness from the last *finished* call, so a reset longer than
     the idle timeout (a first MiniHack import, a SWE-bench sandbox) would be reaped mid-call.
     """
+
+    async def _create_session(self) -> tuple[str, Any]:
+        session_id, env = await super()._create_session()
+        connection = _CONNECTION.get()
+        if connection is not None:
+            connection.server, connection.session_id = self, session_id
+            if connection.gone.is_set():  # the client left while its env was being made
+                connection.release()
+        return session_id, env
+
+    async def release_session(self, session_id: str) -> None:
+        """Give a session's slot back now and close its env once its call in flight returns
+        (OpenEnv's ``_destroy_session`` pops the session before it waits for the close)."""
+        await self._destroy_session(session_id)
 
     async def _run_in_session_executor(
         self, session_id: str, func: Any, *args: Any, **kwargs: Any
@@ -211,8 +292,9 @@ class _EnvServer(HTTPEnvServer):
 class QuietDisconnects:
     """ASGI middleware: a client that left is not a server error.
 
-    OpenEnv's ``/ws`` handler closes the socket in its ``finally`` and only expects a
-    ``RuntimeError`` there; after a client vanished Starlette raises ``WebSocketDisconnect``,
+    OpenEnv's ``/ws`` handler answers a failed call with an error message and closes the
+    socket in its ``finally``; after a client vanished mid-call Starlette raises
+    ``WebSocketDisconnect`` or ``WebSocketDisconnected`` (a send after the close) there,
     which uvicorn would log as an application crash for every dropped client. The session is
     already destroyed by then.
     """
@@ -223,7 +305,7 @@ class QuietDisconnects:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         try:
             await self.app(scope, receive, send)
-        except WebSocketDisconnect:
+        except (WebSocketDisconnect, WebSocketDisconnected):
             if scope["type"] != "websocket":
                 raise
 
@@ -321,6 +403,8 @@ def make_app(
     ]
     app.state.env_server = server
     app.add_middleware(QuietDisconnects)
+    # Outermost but for the token check: it must see every message the client sends.
+    app.add_middleware(WatchDisconnects)
     if token:
         app.add_middleware(BearerToken, token=token)
     return app
