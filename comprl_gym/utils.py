@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import importlib
 import json
 import math
@@ -112,6 +113,30 @@ def jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
+
+
+def json_sha256(value: Any) -> str:
+    """One SHA-256 of ``value`` as sorted-key JSON (:func:`jsonable`): a content hash of data.
+
+    Example:
+        >>> json_sha256({"b": 1, "a": (2,)}) == json_sha256({"a": [2], "b": 1})
+        True
+    """
+    text = json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def files_sha256(paths: list[Path]) -> str:
+    """One SHA-256 over the files' names (relative to their common folder) and bytes."""
+    digest = hashlib.sha256()
+    paths = sorted(paths)
+    root = Path(os.path.commonpath([str(p) for p in paths])) if paths else Path()
+    for path in paths:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def load_object(path: str) -> Any:

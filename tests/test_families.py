@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -207,3 +208,104 @@ def test_family_packages_export_their_env_classes_lazily():
     assert gym.spec("comprl/WebShop-v0").entry_point == "comprl_gym.envs.webshop:WebShopEnv"
     with pytest.raises(AttributeError, match="NoSuchThing"):
         webshop.NoSuchThing  # noqa: B018
+
+
+# ---- what a family tells evaluation: suite content, data, validation, lesson verdicts --------
+HOOKS = ("suite_content", "missing_data", "lesson_judge", "fixed_lessons")
+
+
+def test_every_hook_a_builtin_family_names_is_a_function_of_that_family():
+    from comprl_gym.utils import load_object
+
+    for name, spec in family_specs().items():
+        for hook in HOOKS:
+            where = getattr(spec, hook)
+            if where:
+                assert where.startswith(f"comprl_gym.envs.{name}."), (name, hook, where)
+                assert callable(load_object(where)), (name, hook, where)
+    # What every built-in family's suites hash beyond the first observations.
+    assert {n: s.suite_engines for n, s in family_specs().items()} == {
+        "minihack": ("minihack", "nle"),
+        "alfworld": ("alfworld", "textworld"),
+        "webshop": ("bm25s", "spacy"),
+        "swebench": ("swebench",),
+        "memory": ("minihack", "nle"),
+    }
+
+
+class _Coin:
+    """A made-up env whose first observation names its seed's side, and that says when it
+    is closed."""
+
+    def __init__(self, sides):
+        self.sides, self.closed = sides, False
+
+    def reset(self, seed):
+        return f"The coin shows {self.sides[seed]}.", {
+            "task": "Call it.",
+            "task_id": f"coin/{seed}",
+        }
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_family_without_suite_hooks_is_hashed_by_its_first_observations():
+    spec = FamilySpec("toycoin", "Toy Coin", (), "", "", "")
+    made = []
+
+    def make_env(sides=("heads", "tails")):
+        made.append(_Coin(sides))
+        return made[-1]
+
+    content = spec.content_of([0, 1], {}, make_env)
+    assert list(content) == ["first_observations"] and len(content["first_observations"]) == 64
+    assert made[-1].closed
+    assert spec.content_of([0, 1], {}, make_env) == content  # the same game, the same hash
+    flipped = spec.content_of([0, 1], {}, lambda: make_env(("tails", "heads")))
+    assert flipped != content  # another first observation, another hash
+    assert spec.data_missing({"data_dir": "/nowhere"}) == ""
+
+
+def test_alfworld_names_the_official_games_it_misses(tmp_path):
+    spec = family_spec("alfworld")
+    missing = spec.data_missing({"split": "valid_unseen", "data_dir": str(tmp_path)})
+    assert missing.startswith("ALFWorld's official valid_unseen games, which are not here")
+    (tmp_path / "json_2.1.1" / "valid_unseen").mkdir(parents=True)
+    assert spec.data_missing({"split": "valid_unseen", "data_dir": str(tmp_path)}) == ""
+
+
+def test_validation_profiles_come_from_the_family_specs():
+    minihack, swebench = family_spec("minihack"), family_spec("swebench")
+    assert minihack.validation_for("comprl/MiniHack-Room-5x5-v0").seeds_vary is False
+    assert minihack.validation_for("comprl/MiniHack-Room-Random-5x5-v0").seeds_vary is True
+    assert minihack.validation_for("comprl/MiniHack-Room-Ultimate-15x15-v0").expert_floor == 0.5
+    assert swebench.validation_for("comprl/SWEBench-v0").noop_actions == ("submit",)
+    memory = family_spec("memory").validation
+    answer = memory.solution_texts(None, {"task_id": "fork/vault-of-marrow"})
+    assert answer == ["In the Vault of Marrow the staircase down is at the end of the west branch."]
+
+
+def test_verdicts_are_counted_only_for_a_family_that_can_judge():
+    from comprl_gym.families import verdict_counts
+
+    assert verdict_counts(family_spec("memory"), []) == {
+        "right": 0,
+        "wrong": 0,
+        "both": 0,
+        "neither": 0,
+        "no_task": 0,
+    }
+    with pytest.raises(ConfigurationError, match="family 'webshop' has no lesson judge"):
+        verdict_counts(family_spec("webshop"), ["Search by brand."])
+    assert family_spec("webshop").judge("Search by brand.") is None
+    # A judge that answers outside the verdicts is named, not counted somewhere.
+    sloppy = replace(family_spec("memory"), lesson_judge="tests.test_families:_sloppy_judge")
+    with pytest.raises(ConfigurationError, match="lesson judge answered 'maybe'"):
+        verdict_counts(sloppy, ["anything"])
+
+
+def _sloppy_judge(text):
+    from comprl_gym.families import LessonVerdict
+
+    return LessonVerdict(task_id=1, verdict="maybe")

@@ -301,3 +301,139 @@ def test_open_moves_list_the_two_branches_and_still_accept_a_wall_bump():
     every = make("comprl/Memory-Fork-v0", split="test")
     assert every.reset(seed=0)[1]["admissible_actions"][:4] == ["north", "east", "south", "west"]
     every.close()
+
+
+# ---- the family's lesson judge and fixed lessons (envs/memory/judge.py) ----------------------
+#: Hand-written lessons and what they say: the Vault of Marrow (dungeon 159) keeps its stairs
+#: west, the Sanctum of Marrow (3) east (the game's truth: the oracle-lesson test above walks
+#: them). A store experience is "## Title / ## Description / ## Content"; only the content's
+#: side is the lesson's fact.
+HAND_JUDGED = [
+    ("In the Vault of Marrow the stairs are down the west branch.", 159, "right"),
+    ("The Vault of Marrow: go east.", 159, "wrong"),  # capital article
+    ("vault of marrow -> WEST", 159, "right"),  # no article, any case
+    ("In fork/vault-of-marrow take the west branch.", 159, "right"),  # its task-id slug
+    ("In the Sanctum of Marrow go east, not west.", 3, "both"),
+    # The first dungeon named is the lesson's; every side in its content counts.
+    ("In the Sanctum of Marrow, walk east; the Vault of Marrow is west.", 3, "both"),
+    ("In the Sanctum of Marrow the air is cold.", 3, "neither"),
+    ("Dark halls fork in two: pick east.", None, "neither"),  # names no dungeon
+    (
+        "## Title: Vault of Marrow, east or west?\n## Description: which branch\n"
+        "## Content: In the Vault of Marrow the stairs are at the end of the west branch.",
+        159,
+        "right",
+    ),
+    (
+        "## Title: West is wrong\n## Description: the Sanctum of Marrow\n## Content: go east",
+        3,
+        "right",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "task_id", "verdict"), HAND_JUDGED)
+def test_the_judge_reads_the_dungeon_and_the_side_of_hand_written_lessons(text, task_id, verdict):
+    judged = comprl_gym.families.family_spec("memory").judge(text)
+    assert (judged.task_id, judged.verdict) == (task_id, verdict)
+
+
+def test_fixed_lessons_are_judged_as_what_they_are():
+    spec = comprl_gym.families.family_spec("memory")
+    assert spec.fixed_lesson_kinds == ("oracle", "inverted", "placebo")
+    expected = {"oracle": "right", "inverted": "wrong", "placebo": "neither"}
+    for index in (*SPLITS["test"], 0, 300):
+        task_id = dungeon(index).task_id("landmark")
+        for kind, verdict in expected.items():
+            assert spec.judge(spec.fixed_lesson(kind, task_id)) == (
+                comprl_gym.families.LessonVerdict(index, verdict)
+            )
+    assert spec.fixed_lesson("oracle", 159) == oracle_lesson("fork/vault-of-marrow")
+    with pytest.raises(ConfigurationError, match="no fixed lesson 'rule'"):
+        spec.fixed_lesson("rule", 159)
+
+
+def test_lessons_are_counted_by_verdict():
+    from comprl_gym.families import verdict_counts
+
+    counts = verdict_counts(
+        comprl_gym.families.family_spec("memory"), [text for text, _, _ in HAND_JUDGED]
+    )
+    assert counts == {"right": 5, "wrong": 1, "both": 2, "neither": 1, "no_task": 1}
+
+
+def test_the_trainer_logs_the_store_lessons_that_name_the_right_side(tmp_path):
+    """``store/memory/<verdict>`` counts the memory lessons of a real store, whichever other
+    family's lessons it holds; a trained family without a judge logs nothing."""
+    from types import SimpleNamespace
+
+    from comprl_gym.experience import ExperienceManager, default_embedder
+    from comprl_gym.trainers.base import Trainer
+
+    manager = ExperienceManager(tmp_path / "store", embedder=default_embedder())
+    try:
+        # Stored as "## Title / ## Description / ## Content" (a plain lesson is its own title
+        # and content), the way the judge reads them.
+        manager.add([text for text, _, _ in HAND_JUDGED], env_family="memory")
+        # A MiniHack lesson that would read as a memory lesson: another family's, not counted.
+        manager.add(["In the Vault of Marrow go west."], env_family="minihack")
+        trainer = SimpleNamespace(
+            config=SimpleNamespace(
+                env_ids=["comprl/Memory-Fork-v0", "comprl/MiniHack-Room-5x5-v0"]
+            ),
+            manager=manager,
+        )
+        assert Trainer.store_verdicts(trainer) == {
+            "store/memory/right": 5,
+            "store/memory/wrong": 1,
+            "store/memory/both": 2,
+            "store/memory/neither": 1,
+            "store/memory/no_task": 1,
+        }
+        trainer.config.env_ids = ["comprl/MiniHack-Room-5x5-v0"]
+        assert Trainer.store_verdicts(trainer) == {}
+    finally:
+        manager.close()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_tiny_run_logs_how_many_stored_lessons_name_the_right_side(tmp_path):
+    """One iteration of Complementary RL on the memory family with tiny models: the stem
+    extractor writes lessons that name their dungeon and one side, so every stored lesson is
+    right or wrong, and the metrics say how many."""
+    import json
+
+    from comprl_gym.trainers import TrainConfig, make_trainer
+
+    config = TrainConfig.from_dict(
+        {
+            "algorithm": "complementary",
+            "seed": 0,
+            "env_ids": ["comprl/Memory-Fork-v0"],
+            "iterations": 1,
+            "groups_per_iteration": 1,
+            "group_size": 4,
+            "max_episode_steps": 2,
+            "history_turns": 1,
+            "task_pool": 4,
+            "actor": {"model": "tiny", "lr": 1e-3, "max_new_tokens": 4},
+            "extractor": {"model": "tiny", "lr": 1e-3, "max_new_tokens": 4},
+            "experience": {"extractor_format": "stem", "async_extraction": False},
+            "output_dir": str(tmp_path / "run"),
+            "eval_tasks": 0,
+            "eval_before": False,
+            "progress": False,
+            "tensorboard": False,
+        }
+    )
+    trainer = make_trainer(config)
+    try:
+        trainer.train()
+        stored = len(trainer.manager.experiences(env_family="memory"))
+    finally:
+        trainer.close()
+    [record] = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    counts = {k.rsplit("/", 1)[1]: v for k, v in record.items() if k.startswith("store/memory/")}
+    assert set(counts) == {"right", "wrong", "both", "neither", "no_task"}
+    assert stored >= 1 and counts["right"] + counts["wrong"] == stored == record["store_size"]

@@ -65,7 +65,41 @@ def test_bad_suite_names_and_pinned_arguments(tmp_path):
     config = EvalConfig(env_ids=[], agent="expert", suite="memory@1", out_dir=tmp_path / "x")
     config.env_kwargs = {"observation_mode": "map"}
     with pytest.raises(ConfigurationError, match="pins the env arguments"):
+        suites.run_suite(config)
+    # One way to play a suite: run_eval plays env ids and points at run_suite.
+    with pytest.raises(
+        ConfigurationError, match="played by comprl_gym.evaluation.suites.run_suite"
+    ):
         run_eval(config)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_suite_that_needs_data_refuses_to_start_without_it(tmp_path):
+    from comprl_gym.evaluation.eval import EvalConfig
+
+    config = EvalConfig(
+        env_ids=[], agent="random", suite="alfworld-official@1", out_dir=tmp_path / "x"
+    )
+    config.env_kwargs = {"data_dir": str(tmp_path / "empty")}
+    with pytest.raises(ConfigurationError) as refused:
+        suites.run_suite(config)
+    assert str(refused.value).startswith(
+        "suite alfworld-official@1 plays ALFWorld's official valid_seen games, which are not "
+        "here: pass --env-arg data_dir=FOLDER"
+    )
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_family_says_what_its_suite_content_is():
+    # What each family hashes (the published hashes, recomputed by the slow test above, are
+    # the byte-for-byte check); here, that the keys are the family's and a swebench task is
+    # hashed without making its sandbox.
+    [real] = suites.load_suite("swebench-real@1").tasks[:1]
+    content = suites.task_content(real)
+    assert set(content) == {"family", "manifest", "engines"} and content["family"] == "swebench"
+    assert set(content["engines"]) == {"swebench"}
+    nav = suites.load_suite("minihack-nav@1").tasks[0]
+    assert set(suites.task_content(nav)) == {"family", "des_files", "first_observations", "engines"}
 
 
 def _clone_and_eval(tmp_path: Path, name: str, agent: str) -> Path:

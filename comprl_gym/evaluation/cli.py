@@ -22,6 +22,7 @@ from tqdm import tqdm
 from comprl_gym.core import ConfigurationError
 from comprl_gym.evaluation.eval import EvalConfig, expand_env_ids, run_eval, summary_markdown
 from comprl_gym.evaluation.leaderboard import build_leaderboard, write_leaderboard
+from comprl_gym.evaluation.suites import load_suite, run_suite
 from comprl_gym.utils import atomic_write_json, parse_key_values
 
 
@@ -50,12 +51,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         suite=args.suite,
     )
     if args.suite and args.seeds == [0]:  # the default: as many agent seeds as the suite plays
-        from comprl_gym.evaluation.suites import load_suite
-
         config.seeds = list(range(load_suite(args.suite).episodes_per_task))
     if not args.suite and not args.env_ids:
         raise ConfigurationError("name env ids to evaluate, or a suite with --suite NAME@VERSION")
-    summary = run_eval(config)
+    summary = run_suite(config) if config.suite else run_eval(config)
     print(summary_markdown(summary))
     print(f"results in {args.out}/ (episodes.jsonl, summary.json, summary.md)")
     return 0

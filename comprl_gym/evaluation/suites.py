@@ -3,13 +3,14 @@
 A suite (``suites/NAME@VERSION.json``) pins what is played: the env ids, their keyword
 arguments (observation mode, split), step limits, the exact task seeds (task ``I`` of a task
 entry is ``reset(seed=start + I)``) and the episodes per task (agent seeds). Its **content
-hash** is one SHA-256 over the definition and everything that decides what is played, by
-family: MiniHack's generated des-files, the engines' versions and the first observation of
-every pinned seed; WebShop's catalog (products, prices, goals) and first observations;
-ALFWorld's game files (official or generated) of every pinned seed; SWE-bench's manifest
-(commit shas, tests, problem statements). :data:`PUBLISHED_HASHES` (``suites/hashes.json``)
-holds the committed hash of each version: a test recomputes them, so changing anything a suite
-pins without a new version fails. A run records the hash it played; the leaderboard never ranks
+hash** is one SHA-256 over the definition and everything that decides what is played, as
+each family says (its spec's ``suite_content`` and ``suite_engines``,
+:mod:`comprl_gym.families`): MiniHack's generated des-files, the engines' versions and the
+first observation of every pinned seed; WebShop's catalog (products, prices, goals) and first
+observations; ALFWorld's game files (official or generated) of every pinned seed; SWE-bench's
+manifest (commit shas, tests, problem statements). :data:`PUBLISHED_HASHES`
+(``suites/hashes.json``) holds the committed hash of each version: a test recomputes them, so
+changing anything a suite pins without a new version fails. A run records the hash it played; the leaderboard never ranks
 runs of different versions or hashes together.
 
 Only data locations may be given at run time (``data_dir``, ``sandbox``): they change where
@@ -23,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -32,8 +32,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 from comprl_gym.core import ConfigurationError, DataError
-from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
+from comprl_gym.evaluation import eval as evaluation
+from comprl_gym.families import FamilySpec, family_spec
+from comprl_gym.registration import ENV_TABLE
+from comprl_gym.utils import atomic_write_json, atomic_write_text, json_sha256, jsonable
 
 logger = logging.getLogger(__name__)
 
@@ -146,29 +151,13 @@ def load_suite(key: str) -> Suite:
 # --------------------------------------------------------------------------------------------
 # Content hashing
 # --------------------------------------------------------------------------------------------
-def _sha(obj: Any) -> str:
-    text = json.dumps(jsonable(obj), sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _make(task: SuiteTask, locations: dict[str, Any]) -> Any:
-    import gymnasium as gym
-
-    import comprl_gym  # noqa: F401 - registers the ids
-
+def _env_kwargs(task: SuiteTask, locations: dict[str, Any]) -> dict[str, Any]:
+    """The arguments ``task``'s env is made with: its pinned ones, the data locations and its
+    step limit."""
     kwargs = {**task.env_kwargs, **locations}
     if task.max_steps is not None:
         kwargs["max_steps"] = task.max_steps
-    return gym.make(task.env_id, **kwargs)
-
-
-def _first_observations(env: Any, seeds: list[int]) -> str:
-    """What every pinned seed starts with: its task, task id and first observation."""
-    digest = hashlib.sha256()
-    for seed in seeds:
-        obs, info = env.reset(seed=seed)
-        digest.update(f"{seed}\0{info['task_id']}\0{info['task']}\0{obs}\0".encode())
-    return digest.hexdigest()
+    return kwargs
 
 
 def _engines(*names: str) -> dict[str, str]:
@@ -178,67 +167,26 @@ def _engines(*names: str) -> dict[str, str]:
     return {name: found.get(name, "absent") for name in names}
 
 
-def task_content(task: SuiteTask, locations: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What decides what ``task`` plays, as hashes (see the module docstring)."""
-    from comprl_gym.evaluation.provenance import files_sha256
-    from comprl_gym.registration import ENV_TABLE
-
-    locations = dict(locations or {})
-    if task.env_id not in ENV_TABLE:
+def _family(task: SuiteTask) -> FamilySpec:
+    entry = ENV_TABLE.get(task.env_id)
+    spec = family_spec(entry.family) if entry is not None else None
+    if spec is None:
         raise ConfigurationError(f"suite task {task.name!r}: {task.env_id} is not registered")
-    family = ENV_TABLE[task.env_id].family
-    content: dict[str, Any] = {"family": family}
-    if family == "swebench":
-        from comprl_gym.envs.swebench.real_suite import MANIFEST
+    return spec
 
-        if task.env_kwargs.get("suite") == "real":
-            content["manifest"] = files_sha256([Path(MANIFEST)])
-        else:
-            content["instances"] = files_sha256(
-                sorted(Path(MANIFEST).parent.glob("instances.json"))
-                + sorted(Path(MANIFEST).parent.glob("*.bundle"))
-            )
-        content["engines"] = _engines("swebench")
-        return content
-    env = _make(task, locations)
-    try:
-        inner = env.unwrapped
-        if family == "alfworld":
-            content["data_source"] = inner.data_source
-            records = [inner.game_record(seed) for seed in task.seeds]
-            content["games"] = _sha(
-                [
-                    (r.task_id.split("/", 1)[-1], files_sha256([r.game_file, r.traj_file]))
-                    for r in records
-                ]
-            )
-            content["engines"] = _engines("alfworld", "textworld")
-            return content
-        if family == "minihack":
-            from comprl_gym.envs.minihack.layouts import LAYOUTS
 
-            content["des_files"] = _sha(LAYOUTS)
-            content["engines"] = _engines("minihack", "nle")
-        elif family == "memory":
-            from comprl_gym.envs.memory import dungeon
-            from comprl_gym.envs.memory.dungeons import dungeon_des_file
-
-            # Each task's dungeon (its side and landmark) as the des-file NetHack plays, and the
-            # step limit: what the first observations cannot show.
-            played = [dungeon(inner.pool[seed % len(inner.pool)]) for seed in task.seeds]
-            content["des_files"] = _sha(
-                [dungeon_des_file(inner.variant, d, inner.branch_length) for d in played]
-            )
-            content["max_steps"] = inner.max_steps
-            content["engines"] = _engines("minihack", "nle")
-        elif family == "webshop":
-            catalog = inner.catalog
-            content["catalog"] = _sha([catalog.products, catalog.prices, catalog.goals])
-            content["engines"] = _engines("bm25s", "spacy")
-        content["first_observations"] = _first_observations(env, task.seeds)
-        return content
-    finally:
-        env.close()
+def task_content(task: SuiteTask, locations: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What decides what ``task`` plays, as hashes: what its family says
+    (:meth:`~comprl_gym.families.FamilySpec.content_of`) and its engines' versions."""
+    spec = _family(task)
+    kwargs = _env_kwargs(task, dict(locations or {}))
+    content: dict[str, Any] = {
+        "family": spec.name,
+        **spec.content_of(task.seeds, kwargs, lambda: gym.make(task.env_id, **kwargs)),
+    }
+    if spec.suite_engines:
+        content["engines"] = _engines(*spec.suite_engines)
+    return content
 
 
 def suite_content(suite: Suite, locations: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -248,7 +196,7 @@ def suite_content(suite: Suite, locations: dict[str, Any] | None = None) -> dict
 
 def suite_hash(suite: Suite, locations: dict[str, Any] | None = None) -> str:
     """The content hash: the definition and :func:`suite_content`, as one SHA-256."""
-    return _sha({"definition": suite.definition, "content": suite_content(suite, locations)})
+    return json_sha256({"definition": suite.definition, "content": suite_content(suite, locations)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,17 +213,13 @@ def _locations(suite: Suite, env_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_data(suite: Suite, task: SuiteTask, locations: dict[str, Any]) -> None:
-    if suite.requires_data != "alfworld":
+    """A clear refusal when a suite that needs data (``requires_data``) would play games that
+    are not here (the family's :meth:`~comprl_gym.families.FamilySpec.data_missing`)."""
+    if not suite.requires_data:
         return
-    from comprl_gym.envs.alfworld.data import find_split_dir
-
-    split = task.env_kwargs.get("split", "train")
-    if find_split_dir(locations.get("data_dir"), split) is None:
-        raise ConfigurationError(
-            f"suite {suite.key} plays ALFWorld's official {split} games, which are not here: "
-            "pass --env-arg data_dir=FOLDER (holding json_2.1.1/), or run alfworld-generated@1 "
-            "(a different suite)"
-        )
+    missing = _family(task).data_missing(_env_kwargs(task, locations))
+    if missing:
+        raise ConfigurationError(f"suite {suite.key} plays {missing}")
 
 
 def suite_record(suite: Suite, content_hash: str) -> dict[str, Any]:
@@ -297,7 +241,6 @@ def run_suite(config: Any) -> dict[str, Any]:
     """Play ``config.suite`` (an ``EvalConfig``): one eval run per task entry under
     ``OUT/tasks/<name>/``, merged into ``OUT/episodes.jsonl`` with keys ``<task>|...``; the
     summary and ``provenance.json`` (with the suite's hash) are written into ``OUT``."""
-    from comprl_gym.evaluation import eval as evaluation
     from comprl_gym.evaluation.provenance import write_provenance
 
     started = time.time()

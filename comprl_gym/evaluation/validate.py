@@ -23,9 +23,10 @@ of the report (``ID: CHECK: what went wrong``), and the command exits non-zero i
 * ``printable``: every observation is a ``str`` that :func:`comprl_gym.core.printable_text`
   leaves unchanged.
 
-What a family says about itself lives in a :class:`ValidationProfile`, by family name
-(:data:`FAMILY_PROFILES`) with per-id overrides (:data:`ID_PROFILES`); a family kept in another
-package adds its own with :func:`register_profile`.
+What a family says about itself is a :class:`~comprl_gym.families.ValidationProfile` on its
+spec (``FamilySpec.validation``, with per-id ones in ``validation_by_id``); one registered at
+run time with :func:`register_profile` (by family name into :data:`FAMILY_PROFILES`, by id into
+:data:`ID_PROFILES`) replaces it.
 
 Example:
     >>> report = validate_env("comprl/MiniHack-Room-East-4x3-v0", seeds=[0, 1])
@@ -48,6 +49,7 @@ import gymnasium as gym
 import comprl_gym  # noqa: F401 - registers the ids
 from comprl_gym.agents.base import RandomAgent, make_agent
 from comprl_gym.core import MAX_OBSERVATION_CHARS, ConfigurationError, printable_text
+from comprl_gym.families import ValidationProfile, family_spec
 
 logger = logging.getLogger(__name__)
 
@@ -79,86 +81,10 @@ BAD_ACTIONS: tuple[Any, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class ValidationProfile:
-    """What a family tells the validator about itself.
-
-    Attributes:
-        seeds_vary: different seeds are meant to give different first observations.
-        expert_floor: the share of seeds on which the expert must reach full reward (1.0: all).
-        expert_floor_reason: why the floor is below 1 (printed in the report).
-        noop_actions: "doing nothing", played in a cycle until the episode ends.
-        solution_texts: ``(env, info) -> texts`` after ``reset``: what must never be shown.
-        expert: an agent factory ``env -> Agent`` instead of the family's expert.
-    """
-
-    seeds_vary: bool = True
-    expert_floor: float = 1.0
-    expert_floor_reason: str = ""
-    noop_actions: tuple[str, ...] = ("",)
-    solution_texts: Callable[[Any, dict[str, Any]], list[str]] | None = None
-    expert: Callable[[Any], Any] | None = None
-
-
-def _webshop_solution(env: Any, info: dict[str, Any]) -> list[str]:
-    """The target product's ASIN: an agent may find it by searching, never be told it."""
-    goal = env.unwrapped.goal
-    return [str(goal["asin"])] if goal.get("asin") else []
-
-
-#: Added lines of a gold patch shorter than this are too generic to count as a leak.
-MIN_PATCH_LINE_CHARS = 24
-
-
-def _swebench_solution(env: Any, info: dict[str, Any]) -> list[str]:
-    """The gold patch, and each of its added lines that is specific enough to be the fix."""
-    instance = getattr(env.unwrapped, "current_instance", None) or {}
-    patch = str(instance.get("patch") or "")
-    if not patch:
-        return []
-    added = [
-        line[1:].strip()
-        for line in patch.splitlines()
-        if line.startswith("+") and not line.startswith("+++")
-    ]
-    statement = str(instance.get("problem_statement", ""))
-    # A line the issue itself quotes is the issue's text, not the answer.
-    return [patch] + [
-        line for line in added if len(line) >= MIN_PATCH_LINE_CHARS and line not in statement
-    ]
-
-
-def _memory_solution(env: Any, info: dict[str, Any]) -> list[str]:
-    """The memory task's answer: the lesson that names the stairs' branch of this dungeon."""
-    from comprl_gym.envs.memory import oracle_lesson
-
-    return [oracle_lesson(info["task_id"])]
-
-
-#: Profiles by family name (``info["env_family"]``); families not listed get the defaults.
-FAMILY_PROFILES: dict[str, ValidationProfile] = {
-    "minihack": ValidationProfile(noop_actions=("",)),
-    "alfworld": ValidationProfile(),
-    "webshop": ValidationProfile(solution_texts=_webshop_solution),
-    "swebench": ValidationProfile(noop_actions=("submit",), solution_texts=_swebench_solution),
-    "memory": ValidationProfile(solution_texts=_memory_solution),
-}
-
-_FIXED_LAYOUT = ValidationProfile(seeds_vary=False)
-#: Per-id overrides (replace the family's profile).
-ID_PROFILES: dict[str, ValidationProfile] = {
-    # minihack's Room-5x5/15x15 put you and the stairs in the same corners every time.
-    "comprl/MiniHack-Room-5x5-v0": _FIXED_LAYOUT,
-    "comprl/MiniHack-Room-15x15-v0": _FIXED_LAYOUT,
-    "comprl/MiniHack-v0": _FIXED_LAYOUT,  # Room-5x5 by default
-    # The generated demo corridor is one fixed des-file map.
-    "comprl/MiniHack-Corridor-North-4-v0": _FIXED_LAYOUT,
-    "comprl/MiniHack-Room-Ultimate-15x15-v0": ValidationProfile(
-        expert_floor=0.5,
-        expert_floor_reason="the expert plans paths but does not fight: the monsters of a dark "
-        "15x15 room can kill it on its way",
-    ),
-}
+#: Profiles registered at run time (:func:`register_profile`), by family name and by id: they
+#: replace what the family's spec says.
+FAMILY_PROFILES: dict[str, ValidationProfile] = {}
+ID_PROFILES: dict[str, ValidationProfile] = {}
 
 
 def register_profile(key: str, profile: ValidationProfile) -> None:
@@ -167,8 +93,21 @@ def register_profile(key: str, profile: ValidationProfile) -> None:
 
 
 def profile_for(env_id: str, family: str) -> ValidationProfile:
-    """The profile of ``env_id``: its own, else its family's, else the defaults."""
-    return ID_PROFILES.get(env_id) or FAMILY_PROFILES.get(family) or ValidationProfile()
+    """The profile of ``env_id``: one registered for it or for its family, else what its
+    family's spec says (:meth:`~comprl_gym.families.FamilySpec.validation_for`), else the
+    defaults.
+
+    Example:
+        >>> profile_for("comprl/SWEBench-v0", "swebench").noop_actions
+        ('submit',)
+        >>> profile_for("comprl/MiniHack-Room-5x5-v0", "minihack").seeds_vary
+        False
+    """
+    registered = ID_PROFILES.get(env_id) or FAMILY_PROFILES.get(family)
+    if registered is not None:
+        return registered
+    spec = family_spec(family)
+    return spec.validation_for(env_id) if spec is not None else ValidationProfile()
 
 
 @dataclass

@@ -21,25 +21,62 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import logging
 import os
+import sqlite3
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from comprl_gym.core import ConfigurationError, DataError
-from comprl_gym.experience.database import SCHEMA_VERSION, family_key
+from comprl_gym.experience.database import SCHEMA_VERSION, ExperienceDatabase, family_key
+from comprl_gym.experience.embedding import Embedder
 from comprl_gym.experience.operations import ExperienceText
 from comprl_gym.experience.records import Experience, Provenance
+from comprl_gym.experience.vector_index import FamilyIndexes, IndexOp
 from comprl_gym.utils import atomic_write_bytes, atomic_write_json
 
-if TYPE_CHECKING:  # the store imports this module
-    from comprl_gym.experience.store import ExperienceStore
+
+class BankStore(Protocol):
+    """What a bank reads and writes of a store: an
+    :class:`~comprl_gym.experience.store.ExperienceStore`, named by what it offers because the
+    store imports this module (``store.export``, ``store.import_bank``), not the other way."""
+
+    embedder: Embedder
+    dim: int
+    index: FamilyIndexes
+    database: ExperienceDatabase
+
+    def iter_experiences(
+        self, env_family: str | None = None, include_inactive: bool = False
+    ) -> Iterator[Experience]: ...
+
+    def vectors(self, ids: Sequence[int]) -> np.ndarray: ...
+
+    def embed_texts(self, texts: Sequence[ExperienceText]) -> np.ndarray: ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Cursor]: ...
+
+    def insert(
+        self,
+        cursor: sqlite3.Cursor,
+        texts: Sequence[ExperienceText],
+        vectors: np.ndarray,
+        provenance: Provenance = ...,
+        env_family: str | None = ...,
+        merged_from: Sequence[Sequence[int]] | None = ...,
+        kind: str = ...,
+    ) -> list[int]: ...
+
+    def after_commit(self, op: IndexOp) -> None: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +93,7 @@ def _sha256_file(path: Path) -> str:
 
 
 def export_bank(
-    store: ExperienceStore, folder: str | os.PathLike[str], include_inactive: bool = True
+    store: BankStore, folder: str | os.PathLike[str], include_inactive: bool = True
 ) -> Path:
     """Write ``store`` as a portable bank in ``folder`` (manifest last)."""
     folder = Path(folder)
@@ -129,7 +166,7 @@ def _read_experiences(jsonl: Path) -> list[Experience]:
 
 
 def import_bank(
-    store: ExperienceStore, folder: str | os.PathLike[str], reembed: bool = False
+    store: BankStore, folder: str | os.PathLike[str], reembed: bool = False
 ) -> dict[int, int]:
     """Add a bank written by :func:`export_bank` to ``store`` in one transaction; returns
     ``old id -> new id``.
@@ -176,6 +213,7 @@ def import_bank(
                 vector[None, :],
                 prov,
                 exp.env_family,
+                kind="import",
             )
             mapping[exp.id] = new_id
         inactive: dict[str, list[int]] = {}
@@ -195,4 +233,4 @@ def import_bank(
     return mapping
 
 
-__all__ = ["BANK_FORMAT", "export_bank", "import_bank"]
+__all__ = ["BANK_FORMAT", "BankStore", "export_bank", "import_bank"]

@@ -61,6 +61,9 @@ SPEC = FamilySpec(
         "take / open / clean / heat / cool / use / put, checking receptacles systematically, "
         "and avoiding repeated failed actions."
     ),
+    suite_content="comprl_gym.envs.alfworld.benchmarking:suite_content",
+    suite_engines=("alfworld", "textworld"),
+    missing_data="comprl_gym.envs.alfworld.benchmarking:missing_data",
 )
 
 # The env loads textworld and Fast Downward: import it on first use.

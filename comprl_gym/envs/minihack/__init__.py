@@ -10,7 +10,7 @@ Example:
     >>> env.close()
 """
 
-from comprl_gym.families import EnvEntry, FamilySpec, lazy_exports
+from comprl_gym.families import EnvEntry, FamilySpec, ValidationProfile, lazy_exports
 
 _ENTRY_POINT = "comprl_gym.envs.minihack:MiniHackTextEnv"
 
@@ -75,6 +75,26 @@ SPEC = FamilySpec(
         "stairs down, '@' the agent, '#' corridors, '+' doors), avoiding loops and walls, "
         "handling monsters, traps, keys and locked doors, and reaching the goal in few moves."
     ),
+    suite_content="comprl_gym.envs.minihack.benchmarking:suite_content",
+    suite_engines=("minihack", "nle"),
+    validation_by_id={
+        # Room-5x5/15x15 put you and the stairs in the same corners every time; the generated
+        # demo corridor is one fixed des-file map.
+        **{
+            f"comprl/{name}": ValidationProfile(seeds_vary=False)
+            for name in (
+                "MiniHack-Room-5x5-v0",
+                "MiniHack-Room-15x15-v0",
+                "MiniHack-v0",  # Room-5x5 by default
+                "MiniHack-Corridor-North-4-v0",
+            )
+        },
+        "comprl/MiniHack-Room-Ultimate-15x15-v0": ValidationProfile(
+            expert_floor=0.5,
+            expert_floor_reason="the expert plans paths but does not fight: the monsters of a "
+            "dark 15x15 room can kill it on its way",
+        ),
+    },
 )
 
 # The env imports nle: load it on first use so listing the family stays light.

@@ -6,7 +6,8 @@ Example:
     True
 """
 
-from comprl_gym.families import EnvEntry, FamilySpec, lazy_exports
+from comprl_gym.envs.swebench import benchmarking
+from comprl_gym.families import EnvEntry, FamilySpec, ValidationProfile, lazy_exports
 
 SPEC = FamilySpec(
     name="swebench",
@@ -31,6 +32,12 @@ SPEC = FamilySpec(
         "a test suite, a shell). Extract reusable debugging tactics: locating the code the issue "
         "names, reproducing the failure, making minimal edits, and running the relevant tests "
         "before submitting."
+    ),
+    suite_content="comprl_gym.envs.swebench.benchmarking:suite_content",
+    suite_engines=("swebench",),
+    # Doing nothing is submitting at once, the "empty answer".
+    validation=ValidationProfile(
+        noop_actions=("submit",), solution_texts=benchmarking.solution_texts
     ),
 )
 

@@ -8,7 +8,8 @@ Example:
     ('webshop', ['search[<query>]'])
 """
 
-from comprl_gym.families import EnvEntry, FamilySpec, lazy_exports
+from comprl_gym.envs.webshop import benchmarking
+from comprl_gym.families import EnvEntry, FamilySpec, ValidationProfile, lazy_exports
 
 SPEC = FamilySpec(
     name="webshop",
@@ -34,6 +35,9 @@ SPEC = FamilySpec(
         "attributes, judging results by title and price limit, selecting every required option "
         "before buying, and when to go back to search."
     ),
+    suite_content="comprl_gym.envs.webshop.benchmarking:suite_content",
+    suite_engines=("bm25s", "spacy"),
+    validation=ValidationProfile(solution_texts=benchmarking.solution_texts),
 )
 
 # The env loads the catalog, bm25s and spaCy: import it on first use.
