@@ -29,6 +29,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from comprl_gym.trainers.credit import CREDIT_RULES, outcome, paired_outcome, rule_advantages
+
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The truth's order of the lessons (higher is better).
 TRUTH = {"oracle": 1, "placebo": 0, "inverted": -1}
@@ -37,7 +39,7 @@ TRUTH = {"oracle": 1, "placebo": 0, "inverted": -1}
 def generations(episodes: list[dict]) -> list[dict]:
     """One generation per (arm, dungeon): its uses' outcomes and paired outcomes."""
     none = {
-        (e["task_index"], e["visit"]): 1.0 if e["won"] else -1.0
+        (e["task_index"], e["visit"]): outcome(e["won"])
         for e in episodes
         if e["arm"] == "none" and "visit" in e
     }
@@ -45,8 +47,9 @@ def generations(episodes: list[dict]) -> list[dict]:
     for e in episodes:
         key = (e["task_index"], e["visit"])
         if e["arm"] in TRUTH and key in none:
-            outcome = 1.0 if e["won"] else -1.0
-            uses[(e["arm"], e["task_index"])].append((outcome, outcome - none[key]))
+            uses[(e["arm"], e["task_index"])].append(
+                (outcome(e["won"]), paired_outcome(e["won"], [none[key]]))
+            )
     return [
         {
             "arm": arm,
@@ -64,9 +67,7 @@ def measure(pool: list[dict], rule: str, batches: int, size: int, seed: int) -> 
     nonzero = agree = ordered = 0.0
     for _ in range(batches):
         batch = rng.sample(pool, size)
-        rewards = [g[f"r_{rule}"] for g in batch]
-        mean = sum(rewards) / len(rewards)
-        advantages = rewards if rule == "paired" else [r - mean for r in rewards]
+        advantages = rule_advantages([g[f"r_{rule}"] for g in batch], rule)
         nonzero += any(a != 0 for a in advantages)
         for i in range(size):
             for j in range(i + 1, size):
@@ -105,14 +106,13 @@ def main() -> int:
         "batch": args.batch,
         "batches": args.batches,
         "rules": {
-            rule: measure(pool, rule, args.batches, args.batch, args.seed)
-            for rule in ("batch", "paired")
+            rule: measure(pool, rule, args.batches, args.batch, args.seed) for rule in CREDIT_RULES
         },
         "mean_r": {
             arm: {
                 rule: sum(g[f"r_{rule}"] for g in pool if g["arm"] == arm)
                 / max(1, sum(1 for g in pool if g["arm"] == arm))
-                for rule in ("batch", "paired")
+                for rule in CREDIT_RULES
             }
             for arm in TRUTH
         },

@@ -3,7 +3,7 @@
 Issue 12 ("the store must not fill with noise"). A fixed set of real MiniHack trajectories
 (Room-Random-5x5, max 8 steps: the expert's wins, the random agent's wins and losses; half
 wins, half losses; seeded, generated once) is shown to SmolLM2-135M-Instruct, the only
-offline model, as the trainer's extractor shows it (:mod:`comprl_gym.trainers.extractor`):
+offline model, as the trainer's extractor shows it (:mod:`comprl_gym.trainers.lesson_formats`):
 
 * ``operations``: the reference's input (interaction, SUCCESS/FAILURE, the lessons shown) and
   output (JSON add / update / return in ``<answer>``, memories as ``<title>..</title><content>
@@ -45,7 +45,7 @@ from comprl_gym.experience.quality import lesson_quality
 from comprl_gym.experience.records import Experience
 from comprl_gym.llm import SamplingParams, make_backend
 from comprl_gym.rollouts import Trajectory, run_episode
-from comprl_gym.trainers.extractor import (
+from comprl_gym.trainers.lesson_formats import (
     operations_messages,
     plain_extractor_messages,
     plain_lesson,

@@ -17,7 +17,7 @@ from comprl_gym.rollouts import (
     run_episode,
     write_jsonl,
 )
-from comprl_gym.trainers.extractor import plain_extractor_messages
+from comprl_gym.trainers.lesson_formats import plain_extractor_messages
 
 ROOM = "comprl/MiniHack-Room-5x5-v0"
 

@@ -13,13 +13,11 @@ from conftest import ScriptedBackend
 
 import comprl_gym  # noqa: F401
 from comprl_gym.experience import ExperienceConfig, ExperienceManager, default_embedder
+from comprl_gym.experience.memories import CasesMemory, ExemplarMemory
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
-from comprl_gym.trainers.extractor import (
-    REJECTED_REWARD,
-    ExperienceExtractor,
-    ExtractorGeneration,
-)
+from comprl_gym.trainers.credit import REJECTED_REWARD
+from comprl_gym.trainers.extractor import ExperienceExtractor, ExtractorGeneration
 from comprl_gym.trainers.losses import CISPO
 from comprl_gym.trainers.policy import PolicyOptimizer
 from comprl_gym.wrappers import ExperienceAugmentedEnv
@@ -155,16 +153,32 @@ def test_an_answer_that_wrote_nothing_trains_as_a_failure(store):
     assert reference.pending == []
 
 
-def test_the_exemplar_extractor_stores_won_actions_without_a_model(store):
-    extractor = ExperienceExtractor(None, None, store, settings(extractor_format="exemplar"))
+def test_the_memories_store_a_cases_actions_without_a_model(store):
+    """Worked by hand: the exemplar memory keeps the won episode only, the cases memory the
+    lost one too; each lesson is the task and the moves in order, titled with the outcome."""
     won = episode(0, True, True)
     won.task = "You are in the Vault of Marrow."
-    won.turns = [type("T", (), {"action": "west"})(), type("T", (), {"action": "west"})()]
-    [eid] = extractor.distill([won, episode(0, True, False)], actor_step=1)
-    assert store.get_one(eid).content == (
-        "Task: You are in the Vault of Marrow.\nActions that won it, in order: west, west."
-    )
-    assert extractor.pending == []  # nothing to train
+    won.turns = [type("T", (), {"action": "west"})(), type("T", (), {"action": " west "})()]
+    lost = episode(0, True, False)
+    lost.turns = [type("T", (), {"action": "east"})()]
+    silent = episode(0, True, True)  # no action: nothing to keep
+    exemplar = ExemplarMemory()
+    assert [exemplar.learn(e, store, actor_step=4) for e in (won, lost, silent)][1:] == [[], []]
+    cases = CasesMemory()
+    [_, lost_id] = [i for e in (won, lost) for i in cases.learn(e, store)]
+    entries = {(e.title, e.content) for e in store.experiences()}
+    assert entries == {
+        (
+            "memory: won",
+            "Task: You are in the Vault of Marrow.\nActions that won it, in order: west, west.",
+        ),
+        ("memory: lost", "Task: a task\nActions that lost it, in order: east."),
+    }
+    assert len(store) == 3  # the won episode twice (once per memory), the lost one once
+    assert exemplar.state_dict() == {"episodes": 3, "declined": 2}
+    assert cases.state_dict() == {"episodes": 2, "declined": 0}
+    assert ExemplarMemory(keep_losses=True).learn(lost, store) != []
+    assert store.get_one(lost_id).title == "memory: lost"
 
 
 def test_the_episodes_of_a_group_read_different_lessons(store):

@@ -23,7 +23,8 @@ from comprl_gym.experience.prompts import ROLE_AGENT, ROLE_ENVIRONMENT, ROLE_TOO
 from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.rollouts import RolloutWorker
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
-from comprl_gym.trainers.extractor import ExperienceExtractor, operations_messages
+from comprl_gym.trainers.extractor import ExperienceExtractor
+from comprl_gym.trainers.lesson_formats import operations_messages
 from comprl_gym.trainers.losses import CISPO
 from comprl_gym.trainers.policy import PolicyOptimizer
 from comprl_gym.wrappers import ExperienceAugmentedEnv
@@ -203,7 +204,7 @@ def test_the_stem_format_opens_the_reply_with_the_familys_stem_and_trains_only_t
     sample's prompt: the completion CISPO trains is one token, the first of the side it chose,
     and the lesson is the oracle's sentence with that side. Even the tiny random model, whose
     free text is noise, writes only the two sentences. A family without a stem (MiniHack) gets
-    the plain prompt, and a backend that takes no raw prompt a clear error."""
+    a clear error naming it, and a backend that takes no raw prompt another."""
     optimizer, backend = tiny
     settings = ExperienceSettings(extractor_format="stem")
     manager = ExperienceManager(tmp_path / "s", config=settings, embedder=embedder)
@@ -223,11 +224,13 @@ def test_the_stem_format_opens_the_reply_with_the_familys_stem_and_trains_only_t
     assert extractor.counts.written == 4 and extractor.counts.malformed == 0
 
     [room_episode] = play(manager, expert, [4])
-    plain = ExperienceExtractor(ScriptedBackend(["Walk to the stairs."]), None, manager, settings)
-    assert plain.write(room_episode, actor_step=1)
-    assert plain.backend.prompts[0][-1]["role"] == "user"  # no reply opened for it
+    scripted = ExperienceExtractor(
+        ScriptedBackend(["Walk to the stairs."]), None, manager, settings
+    )
+    with pytest.raises(ConfigurationError, match="family 'minihack' has none"):
+        scripted.write(room_episode, actor_step=1)  # refused, not written as a plain sentence
     with pytest.raises(ConfigurationError, match="raw prompts"):
-        plain.write(episodes[0], actor_step=1)
+        scripted.write(episodes[0], actor_step=1)
     manager.close()
 
 

@@ -9,11 +9,8 @@ import torch
 from comprl_gym.experience import ExperienceManager
 from comprl_gym.trainers.advantages import group_advantages, grouped_advantages
 from comprl_gym.trainers.config import ExperienceSettings, TrainConfig
-from comprl_gym.trainers.extractor import (
-    ExperienceExtractor,
-    ExtractorGeneration,
-    generation_reward,
-)
+from comprl_gym.trainers.credit import generation_reward
+from comprl_gym.trainers.extractor import ExperienceExtractor, ExtractorGeneration
 from comprl_gym.trainers.losses import ClippedPG, aggregate, cispo_loss, clipped_pg_loss
 from comprl_gym.trainers.policy import TrainSample
 

@@ -4,7 +4,7 @@ Before an episode that was given experiences, the actor itself (same model, same
 settings as its actions) judges them: ``reject`` drops them from its prompt, ``accept`` keeps
 them, ``refine`` replaces them by its own rewrite for this episode. The decision's score later
 sets the extractor's reward for the generation that wrote them (see
-:func:`comprl_gym.trainers.extractor.critiqued_outcome`). The critique's tokens are never
+:func:`comprl_gym.trainers.credit.critiqued_outcome`). The critique's tokens are never
 trained: the actor trains on its episode only.
 
 Reference: ``roll/pipeline/agentic/env_manager/memory_integration_mixin.py``

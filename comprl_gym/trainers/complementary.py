@@ -18,17 +18,23 @@ CISPO on whether its lessons helped the actor win) co-evolve. One iteration,
 5. **Actor update**: ``actor_epochs`` steps of :meth:`~ComplementaryRLTrainer.actor_loss`
    (PPO clipped surrogate by default) on the actor's own tokens, then the weight push to the
    rollout engine.
-6. **Experience** (:meth:`~ComplementaryRLTrainer.experience_job`, in the background):
+6. **Experience** (:meth:`~ComplementaryRLTrainer.experience_job`, in the background; the
+   credit rules are :mod:`comprl_gym.trainers.credit`):
    a. credit: each lesson gets the outcome (+1/-1) of every episode that read it (only the
       lessons in its prompt: ``Trajectory.shown_experience_ids``); the extractor's
       ``search_and_ask`` answers and the actor's critiques are credited too;
-   b. distillation: the extractor writes lessons from the with-experience episodes;
-   c. extractor update: one CISPO step (:meth:`~ComplementaryRLTrainer.extractor_loss`) on
-      generations whose lessons have a reward ``r(m)`` (the mean outcome of the episodes that
-      used them), advantage ``r - mean(r)`` over the batch (``experience.extractor_baseline:
-      paired``: each use's outcome minus its group's without-experience episodes instead),
-      times the training-count weight; answers that wrote nothing train as failures
-      (``experience.train_on_rejected``);
+   b. distillation: the extractor writes lessons from the with-experience episodes in its
+      lesson format (:mod:`comprl_gym.trainers.lesson_formats`), or a memory without a model
+      (``experience.memory: exemplar | cases``, :mod:`comprl_gym.experience.memories`)
+      stores them, and the step ends here;
+   c. extractor update, after a write fence (``ExperienceManager.fence``: buffered counters
+      and writes under way land first): ``r(m)`` of each ready generation (the mean outcome of the episodes
+      that used its lessons; answers that wrote nothing train as failures,
+      ``experience.train_on_rejected``) -> the extractor's samples, weighted by their training
+      count -> their advantages (:meth:`~ComplementaryRLTrainer.extractor_advantages`: ``r -
+      mean(r)`` over the batch, or with ``experience.extractor_baseline: paired`` each use's
+      outcome minus its group's without-experience episodes) -> one CISPO step
+      (:meth:`~ComplementaryRLTrainer.extractor_loss`);
    d. merging: every ``merge_interval_steps`` actor steps the extractor merges the store.
 
 The ablations are this loop with parts switched off, one class flag each:
@@ -48,6 +54,7 @@ trainer (``algorithm``)                experience   actor trained  extractor tra
 A variant of your own is one subclass overriding a hook (:meth:`~ComplementaryRLTrainer.
 rollouts`, :meth:`~ComplementaryRLTrainer.reward`, :meth:`~ComplementaryRLTrainer.advantages`,
 :meth:`~ComplementaryRLTrainer.actor_loss`, :meth:`~ComplementaryRLTrainer.extractor_loss`,
+:meth:`~ComplementaryRLTrainer.extractor_advantages`,
 :meth:`~ComplementaryRLTrainer.experience_job`) and ``algorithm: your.module:YourTrainer`` in
 the config. Everything that is not the algorithm (models, engines, envs, Ray, checkpoints,
 metrics, evaluation) is :class:`~comprl_gym.trainers.base.Trainer`'s.
@@ -67,8 +74,10 @@ import time
 from typing import Any
 
 from comprl_gym.rollouts import Trajectory
+from comprl_gym.trainers import credit
 from comprl_gym.trainers.advantages import grouped_advantages
 from comprl_gym.trainers.base import TaskRef, Trainer
+from comprl_gym.trainers.extractor import distilled_episodes
 from comprl_gym.trainers.losses import CISPO, ClippedPG, Loss
 from comprl_gym.trainers.policy import TrainSample
 
@@ -76,7 +85,13 @@ logger = logging.getLogger(__name__)
 
 
 class ComplementaryRLTrainer(Trainer):
-    """Actor (GRPO, grouped advantages within each half) + extractor (CISPO), co-evolving."""
+    """Actor (GRPO, grouped advantages within each half) + extractor (CISPO), co-evolving.
+
+    Its hooks, in the order an iteration calls them: :meth:`rollouts` (step 2), :meth:`reward`
+    and :meth:`advantages` (step 4), :meth:`actor_loss` (step 5), and in the background
+    :meth:`experience_job` (step 6), which calls :meth:`extractor_advantages` and
+    :meth:`extractor_loss`.
+    """
 
     algorithm = "complementary"
     uses_experience = True
@@ -234,29 +249,55 @@ class ComplementaryRLTrainer(Trainer):
             settings.cispo_normalization,
         )
 
+    def extractor_advantages(self, rewards: list[float]) -> list[float]:
+        """The advantages of one extractor batch from its rewards ``r(m)``
+        (``experience.extractor_baseline``, :func:`~comprl_gym.trainers.credit.
+        rule_advantages`): ``r - mean(r)`` over the batch (reference
+        ``memory_reward_normalization: {grouping: batch, method: mean}``), or ``paired``'s
+        ``r`` itself (already a difference against the episodes played without the lesson)."""
+        return credit.rule_advantages(rewards, self.config.experience.extractor_baseline)
+
     def experience_job(self, job: dict[str, Any]) -> None:
         """Credit, distillation, the extractor's update and merging for one iteration's
         episodes (in the background worker; in line with ``async_extraction: false``)."""
-        assert self.extractor is not None
         episodes: list[Trajectory] = job["episodes"]
         step = job["step"]
+        extractor = self.extractor
         # a. credit: each lesson's uses (the episodes that read it, won or lost), then the
         # extractor's search_and_ask answers and the actor's critiques
-        self.extractor.credit_uses(episodes)
-        self.extractor.credit_refinements(episodes, step)
-        self.extractor.credit_critiques(episodes)
+        if extractor is None:
+            credit.credit_uses(episodes, self.manager)
+        else:
+            extractor.credit_uses(episodes)
+            extractor.credit_refinements(episodes, step)
+            extractor.credit_critiques(episodes)
         # b. distillation
-        self.extractor.distill(episodes, step)
-        # c. extractor update; warm-up only fills the store (reference: buffer collection and
-        # training wait for ``_warmup_complete``)
+        if self.memory is not None:  # a memory without a model: nothing to train or merge
+            for episode in distilled_episodes(episodes, self.config.experience):
+                self.memory.learn(episode, self.manager, actor_step=step)
+            return
+        assert extractor is not None
+        extractor.distill(episodes, step)
+        # c. extractor update: r(m) -> the extractor's samples -> their advantages -> one
+        # CISPO step; warm-up only fills the store (reference: buffer collection and training
+        # wait for ``_warmup_complete``)
         if self.trains_extractor and not job.get("warmup", False):
-            stats = self.extractor.train_step(step)
-            if stats is not None:
+            # The write fence (reference: pending bank writes are flushed before the extractor
+            # trains): r(m) reads every outcome and counter written so far. The actor waits
+            # only while the fence holds the store's write lock.
+            fence_start = time.perf_counter()
+            revision = self.manager.fence()
+            fence_s = time.perf_counter() - fence_start
+            batch = extractor.reward_batch(step)
+            if batch:
+                advantages = self.extractor_advantages([scored.reward for scored in batch])
+                stats = extractor.update(extractor.samples(batch, advantages), step)
+                stats.update(store_revision=revision, fence_s=fence_s)
                 self.extractor_stats.append(stats)
         # d. merging, on the manager's schedule (merge_interval_steps)
         if len(self.manager) >= 2:
             try:
-                if self.extractor.maybe_merge(step) is not None:
+                if extractor.maybe_merge(step) is not None:
                     self.merges += 1
             except Exception:  # a bad merge answer must not stop training
                 logger.exception("merging the experience store failed; the store is unchanged")

@@ -12,15 +12,16 @@ agentic/``; the file names below point into it):
   episode, each action followed by the observation it produced (Environment / Agent / Tool
   Environment), ``Outcome: SUCCESS/FAILURE`` and the lessons the episode was shown
   (``**Memory Entry i**``), see :func:`~comprl_gym.experience.prompts.format_interaction`.
-* **Output**: ``<answer>`` with a JSON list of ``add`` / ``update`` / ``return`` operations,
-  memories as ``<title>..</title><content>..</content>``; ``return`` writes nothing. The
-  ``plain`` format (one sentence of advice, stored as it is) stays for tiny models; the
-  ``stem`` format starts that sentence with the family's lesson stem
-  (:attr:`~comprl_gym.families.FamilySpec.lesson_stem`: "In the Vault of Marrow the staircase
-  down is at the end of the", then " east branch." or " west branch.") so the model writes
-  only the fact, one choice that CISPO's credit can reward or punish (``plain`` for a family
-  without a stem). A lesson
-  whose :func:`~comprl_gym.experience.quality.lesson_quality` score is below
+* **Output**: one of the lesson formats of :mod:`comprl_gym.trainers.lesson_formats`
+  (``experience.extractor_format``): ``operations`` (the reference's: ``<answer>`` with a JSON
+  list of ``add`` / ``update`` / ``return`` operations, memories as
+  ``<title>..</title><content>..</content>``; ``return`` writes nothing), ``plain`` (one
+  sentence of advice, stored as it is, for tiny models) or ``stem`` (that sentence opened by
+  the family's lesson stem, :attr:`~comprl_gym.families.FamilySpec.lesson_stem`: "In the
+  Vault of Marrow the staircase down is at the end of the", then " east branch." or " west
+  branch.", so the model writes only the fact, one choice that CISPO's credit can reward or
+  punish; refused when the trainer starts for a family without a stem). A lesson whose
+  :func:`~comprl_gym.experience.quality.lesson_quality` score is below
   ``experience.min_quality`` is not written.
 * **Reward** (reference ``multi_agentic_pipeline.py::_collect_triggered_interactions_to_buffer``):
   per generation, ``r`` = the mean of +1 (success) / -1 (failure) over the trajectories that
@@ -32,33 +33,42 @@ agentic/``; the file names below point into it):
   successful merge call).
 * **Actor critique** (reference ``memory_integration_mixin.py::add_memory_metadata_to_rollout``):
   when the actor critiqued the experiences retrieved for an episode, that use counts
-  :func:`critiqued_outcome` (reject -1, refine 0.5, accept score + 1) instead of +1/-1 for the
-  generations that wrote them (:meth:`ExperienceExtractor.credit_critiques`); an unparsed
-  critique leaves the plain outcome, as in the reference.
+  :func:`~comprl_gym.trainers.credit.critiqued_outcome` (reject -1, refine 0.5, accept
+  score + 1) instead of +1/-1 for the generations that wrote them
+  (:meth:`ExperienceExtractor.credit_critiques`); an unparsed critique leaves the plain
+  outcome, as in the reference.
 * **Advantage** (reference ``memory_reward_normalization: {grouping: batch, method: mean}``,
   ``memory_adv_estimator: reinforce``): ``A = r - mean(r over the extractor batch)``, times the
   manager's one training-count weight (:meth:`~comprl_gym.experience.ExperienceManager.
   sample_weights`: 0 inside the cooldown, else ``(1 + training_count) ** -train_weight_power``;
-  reference ``_build_memory_batch_from_buffer_entries``).
+  reference ``_build_memory_batch_from_buffer_entries``). The rules are the functions of
+  :mod:`comprl_gym.trainers.credit`; the trainer's
+  :meth:`~comprl_gym.trainers.complementary.ComplementaryRLTrainer.extractor_advantages` hook
+  picks the advantage.
 * **Loss**: CISPO (:func:`~comprl_gym.trainers.losses.cispo_loss`), one step per batch with the
   old log-probs recomputed from the current weights (reference ``_start_memory_model_train``
   recomputes them; the sampler's log-probs are never used against a changed model).
 
-Example (reward attribution from the store's tallies, no model needed):
+Example (the store written by a plain reply, then the batch of samples it makes):
     >>> import tempfile
+    >>> from types import SimpleNamespace
     >>> from comprl_gym.experience import ExperienceManager
+    >>> from comprl_gym.rollouts import Trajectory
+    >>> class Replies:  # a stand-in backend: always the same advice
+    ...     def chat(self, messages, params):
+    ...         return [SimpleNamespace(text="Walk east first.", prompt_token_ids=[1],
+    ...                                 completion_token_ids=[2], completion_logprobs=None)]
     >>> manager = ExperienceManager(tempfile.mkdtemp())
-    >>> a, b = manager.add(["<title>A</title><content>go</content>", "<title>B</title><content>wait</content>"])
-    >>> manager.report_outcome([a, b], won=True)
-    >>> manager.report_outcome([a], won=False)
-    >>> generation_reward(manager, [a]), generation_reward(manager, [a, b])  # (1-1)/2, (2-1)/3
-    (0.0, 0.3333333333333333)
-    >>> generation_reward(manager, [a], min_uses=3) is None
-    True
-    >>> batch_advantages([1.0, -1.0, 1 / 3])  # r - mean(r): mean = 1/9
-    [0.8888888888888888, -1.1111111111111112, 0.2222222222222222]
-    >>> generation_reward(manager, [a], adjustment=critiqued_outcome(-1.0, 1.0) - 1)  # (-1-1)/2
-    -1.0
+    >>> extractor = ExperienceExtractor(Replies(), None, manager,
+    ...                                 ExperienceSettings(extractor_format="plain"))
+    >>> episode = Trajectory("e1", "comprl/MiniHack-Room-5x5-v0", "minihack", "0",
+    ...                      "Find the stairs.", 0, won=True, meta={"group": 0, "with_experience": True})
+    >>> [lesson] = extractor.write(episode, actor_step=1)
+    >>> manager.get_one(lesson).content
+    'Walk east first.'
+    >>> manager.report_outcome([lesson], won=True)  # one episode read it and won: r = 1
+    >>> [(round(s.reward, 3), s.weight) for s in extractor.reward_batch(actor_step=5)]
+    [(1.0, 1.0)]
     >>> manager.close()
 """
 
@@ -68,75 +78,26 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from comprl_gym.core import ConfigurationError
 from comprl_gym.experience import prompts
-from comprl_gym.experience.exemplar import exemplar_lesson
-from comprl_gym.experience.operations import ExtractorOutputError, parse_extractor_output
 from comprl_gym.experience.quality import lesson_quality
 from comprl_gym.experience.records import Provenance
-from comprl_gym.experience.search_and_ask import SearchAndAskSyntax
-from comprl_gym.families import LessonStem, family_spec
 from comprl_gym.rollouts import Trajectory
+from comprl_gym.trainers import credit
 from comprl_gym.trainers.config import ExperienceSettings
+from comprl_gym.trainers.credit import REJECTED_REWARD
+from comprl_gym.trainers.lesson_formats import SEARCH_SYNTAX, LessonFormat, lesson_format
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
 logger = logging.getLogger(__name__)
 
-OutputFormat = Literal["plain", "stem", "operations", "exemplar"]
 #: Where an extractor sample came from (``rejected``: an answer that wrote nothing because it
 #: was malformed or failed the quality gate, trained on as a failure).
 SampleKind = Literal["extract", "refine", "merge", "rejected"]
-#: The fixed reward of a rejected answer: a failed use's outcome.
-REJECTED_REWARD = -1.0
 #: Refinements not matched to a finished trajectory after this many crediting rounds are
 #: forgotten (e.g. answers given during evaluation, which trains nothing).
 REFINEMENT_ROUNDS = 2
-
-
-def generation_reward(
-    manager: Any,
-    written_ids: Iterable[int],
-    min_uses: int = 1,
-    baseline: tuple[int, int] = (0, 0),
-    adjustment: float = 0.0,
-) -> float | None:
-    """``r`` of a generation: the mean of +1 (win) / -1 (loss) over the trajectories that used
-    the entries it wrote, pooled over those entries (the store's uses/wins), minus the
-    ``baseline`` ``(uses, wins)`` those entries already had when it wrote them (a merged entry
-    inherits tallies); ``None`` while fewer than ``min_uses`` uses were reported.
-    ``adjustment`` is the sum, over the uses the actor critiqued, of the critiqued outcome
-    minus the +1/-1 the store counted (:meth:`ExperienceExtractor.credit_critiques`)."""
-    found = manager.get(list(written_ids))
-    uses = sum(e.uses for e in found) - baseline[0]
-    wins = sum(e.wins for e in found) - baseline[1]
-    if uses < max(1, min_uses):
-        return None
-    return (2 * wins - uses + adjustment) / uses
-
-
-def critiqued_outcome(critic_score: float, episode_score: float) -> float:
-    """The outcome one critiqued use gives the generation that wrote the experience: the critic
-    score itself when below 1 (reject -1, refine 0.5), else the episode's score plus it
-    (accept: score + 1); an outcome of exactly 0 counts -1 as every failure does (reference
-    ``add_memory_metadata_to_rollout``, then ``_collect_triggered_interactions_to_buffer``).
-
-    Example:
-        >>> critiqued_outcome(-1.0, 1.0), critiqued_outcome(0.5, 0.0), critiqued_outcome(1.0, 0.0)
-        (-1.0, 0.5, 1.0)
-        >>> critiqued_outcome(1.0, 1.0)
-        2.0
-    """
-    outcome = critic_score if critic_score < 1 else episode_score + critic_score
-    return -1.0 if outcome == 0 else float(outcome)
-
-
-def batch_advantages(rewards: list[float]) -> list[float]:
-    """``r - mean(r)`` over the extractor batch (reference ``grouped_reward_norm`` with
-    ``grouping: batch, method: mean``; no division by the std)."""
-    mean = sum(rewards) / len(rewards) if rewards else 0.0
-    return [r - mean for r in rewards]
 
 
 @dataclass
@@ -147,8 +108,9 @@ class ExtractorGeneration:
     entries) or ``refine`` (answered a ``search_and_ask`` question). ``baseline`` is the
     ``(uses, wins)`` of ``written_ids`` when they were written; ``reward`` is fixed for a
     refinement once its trajectory is known. ``critic_adjustment`` corrects ``r`` for the uses
-    the actor critiqued (see :func:`generation_reward`). ``completion_logprobs`` are the
-    sampler's, kept for diagnostics only: the trainer recomputes the old log-probs.
+    the actor critiqued (see :func:`~comprl_gym.trainers.credit.generation_reward`).
+    ``completion_logprobs`` are the sampler's, kept for diagnostics only: the trainer
+    recomputes the old log-probs.
     """
 
     prompt_token_ids: list[int]
@@ -178,35 +140,33 @@ class ExtractorGeneration:
         return cls(**data)
 
 
-def plain_extractor_messages(episode: Trajectory) -> list[dict[str, str]]:
-    """The prompt of the ``plain`` format: one episode, one sentence of advice."""
-    return prompts.build_plain_extractor_messages(
-        episode.task, episode.won, episode.transcript(600)
-    )
+def distilled_episodes(
+    episodes: list[Trajectory], settings: ExperienceSettings
+) -> list[Trajectory]:
+    """The episodes lessons are written from (``experience.distill``), in order.
+
+    ``with_experience`` (the reference): every episode played with experience and not cut
+    short, none of the others. ``group``: per task group, the ``experiences_per_group`` most
+    informative episodes (a win first when the group has wins and losses).
+    """
+    if settings.distill == "with_experience":
+        return [e for e in episodes if e.with_experience and not e.error]
+    groups: dict[int, list[Trajectory]] = {}
+    for episode in episodes:
+        groups.setdefault(episode.group, []).append(episode)
+    chosen = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda e: (not e.won, e.episode_id))
+        chosen += ordered[: max(1, settings.experiences_per_group)]
+    return chosen
 
 
-def plain_lesson(text: str) -> str | None:
-    """The lesson of a ``plain`` answer: its first line, or ``None`` when under 8 characters."""
-    lines = [line.strip() for line in text.replace("<|im_end|>", "").strip().splitlines()]
-    lesson = next((line for line in lines if line), "")
-    return lesson if len(lesson) >= 8 else None
+class ScoredGeneration(NamedTuple):
+    """A generation ready to train on: its ``r`` and its training-count weight."""
 
-
-def operations_messages(
-    episode: Trajectory, shown: list[Any], max_chars: int | None = None
-) -> list[dict[str, str]]:
-    """The prompt of the ``operations`` format (the reference's extractor input)."""
-    interaction = prompts.format_interaction(
-        episode.task, episode.turns, max_chars, is_tool_call=_is_tool_call
-    )
-    return prompts.build_extractor_messages(interaction, episode.won, shown, episode.env_family)
-
-
-_SEARCH = SearchAndAskSyntax()
-
-
-def _is_tool_call(action: str) -> bool:
-    return _SEARCH.parse(action) is not None
+    generation: ExtractorGeneration
+    reward: float
+    weight: float
 
 
 @dataclass
@@ -243,7 +203,7 @@ class ExperienceExtractor:
         settings: ExperienceSettings,
         max_new_tokens: int = 48,
         temperature: float = 1.0,
-        output_format: OutputFormat | None = None,
+        output_format: str | LessonFormat | None = None,
         seed: int = 0,
         on_weights_changed: Callable[[], None] | None = None,
     ):
@@ -253,9 +213,13 @@ class ExperienceExtractor:
         self.settings = settings
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        #: ``operations``, ``plain``, ``stem`` or ``exemplar``; ``settings.extractor_format``
-        #: unless given.
-        self.output_format = output_format or settings.extractor_format
+        #: What it writes (:mod:`~comprl_gym.trainers.lesson_formats`): ``output_format`` (a
+        #: format, or its name) when given, else ``settings.extractor_format``.
+        self.format: LessonFormat = (
+            lesson_format(output_format or settings.extractor_format, settings.max_text_chars)
+            if output_format is None or isinstance(output_format, str)
+            else output_format
+        )
         self.seed = seed
         self.on_weights_changed = on_weights_changed
         self.lock = threading.RLock()
@@ -270,6 +234,11 @@ class ExperienceExtractor:
         #: advantage, whether the batch stepped, and its r under both baselines (``batch`` and
         #: ``paired``), so the rules can be compared on the same samples.
         self.batch_log: list[dict[str, Any]] = []
+
+    @property
+    def output_format(self) -> str:
+        """The name of the lesson format it writes in."""
+        return self.format.name
 
     @property
     def failed_writes(self) -> int:
@@ -293,35 +262,17 @@ class ExperienceExtractor:
             [generation] = self.backend.chat([messages], self._sampling(max_tokens))
         return generation
 
-    def fill_stem(self, messages: list[dict[str, str]], stem: LessonStem) -> tuple[Any, str | None]:
-        """Generate a reply to ``messages`` that starts with the stem's opening, which is part
-        of the prompt, so the sample's completion is only the model's choice: one token, the
-        first of one of the stem's choices. Returns the generation and the lesson, the opening
-        and the chosen choice (``None`` if the backend sampled another token). Needs a backend
-        that takes raw prompts and ``allowed_token_ids`` (transformers, vLLM)."""
-        if not getattr(self.backend, "supports_raw_prompts", False):
-            raise ConfigurationError(
-                f"extractor_format 'stem' needs a backend that takes raw prompts; "
-                f"{getattr(self.backend, 'name', 'this backend')} does not (use 'plain')"
-            )
-        prompt = self.backend.apply_chat_template(messages) + stem.opening
-        firsts = [self._first_token(choice) for choice in stem.choices]
-        if len(set(firsts)) != len(firsts):
-            raise ConfigurationError(
-                f"the lesson stem's choices {stem.choices} do not start with distinct tokens: "
-                "the extractor could not tell which one it chose"
-            )
-        params = replace(self._sampling(1), allowed_token_ids=tuple(firsts))
+    def generate_prompt(
+        self, prompt: str, max_tokens: int, allowed_token_ids: tuple[int, ...] | None = None
+    ) -> Any:
+        """One generation from a raw prompt, sampling only ``allowed_token_ids`` when given
+        (the ``stem`` format's choice)."""
+        params = self._sampling(max_tokens)
+        if allowed_token_ids is not None:
+            params = replace(params, allowed_token_ids=allowed_token_ids)
         with self.lock:
             [generation] = self.backend.generate([prompt], params)
-        chosen = generation.completion_token_ids[:1]
-        if not chosen or chosen[0] not in firsts:
-            return generation, None
-        return generation, stem.opening + stem.choices[firsts.index(chosen[0])]
-
-    def _first_token(self, text: str) -> int:
-        ids = self.backend.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return int(ids[0])
+        return generation
 
     def _keep(self, generation: Any, kind: str, ids: list[int], actor_step: int, **extra: Any):
         record = ExtractorGeneration(
@@ -338,23 +289,33 @@ class ExperienceExtractor:
         self.pending.append(record)
         return record
 
-    def _good_enough(self, text: str, env_family: str | None) -> bool:
-        """The ``min_quality`` gate: whether a lesson may be written."""
+    def _good_enough(self, text: str, env_family: str | None, counts: ExtractorCounts) -> bool:
+        """The ``min_quality`` gate: whether a lesson may be written (a refusal is counted)."""
         if self.settings.min_quality <= 0:
             return True
         if lesson_quality(text, env_family).score >= self.settings.min_quality:
             return True
-        self.counts.rejected_lessons += 1
+        counts.rejected_lessons += 1
         return False
 
-    def shown_experiences(self, episode: Trajectory) -> list[Any]:
-        """The lessons the episode was shown that are still in the store (reference: the
-        first turn's retrieved uids, ``last_turn_uids``), in the order shown."""
-        return [e for e in self.manager.get(episode.shown_experience_ids) if e.status == "active"]
+    def shown_experiences(self, episode: Trajectory, manager: Any = None) -> list[Any]:
+        """The lessons the episode was shown that are still in the store (``manager``, the
+        extractor's own by default; reference: the first turn's retrieved uids,
+        ``last_turn_uids``), in the order shown."""
+        found = (self.manager if manager is None else manager).get(episode.shown_experience_ids)
+        return [e for e in found if e.status == "active"]
 
-    def write(self, episode: Trajectory, actor_step: int) -> list[int]:
-        """Read ``episode``, write experiences through the manager; return the ids written."""
-        self.counts.extractions += 1
+    def write(self, episode: Trajectory, actor_step: int, into: Any = None) -> list[int]:
+        """Read ``episode`` and write its lessons in the extractor's format through the
+        extractor's own manager, or through ``into`` (another
+        :class:`~comprl_gym.experience.ExperienceManager`, e.g. a probe's scratch store);
+        return the ids written. A write elsewhere keeps no training sample (a lesson's credit is
+        read from the extractor's own store) and leaves :attr:`counts` alone; only the sampling
+        seed moves on, as for every generation."""
+        manager = self.manager if into is None else into
+        trains = manager is self.manager
+        counts = self.counts if trains else ExtractorCounts()
+        counts.extractions += 1
         provenance = Provenance(
             task_ids=(episode.task_id,),
             trajectory_ids=(episode.episode_id,),
@@ -362,69 +323,29 @@ class ExperienceExtractor:
             policy_version=f"extractor-update-{self.updates}",
             env_family=episode.env_family,
         )
-        if self.output_format == "exemplar":
-            # No model: a won episode's task and actions, verbatim (no sample to train on).
-            lesson = exemplar_lesson(episode.task, [t.action for t in episode.turns], episode.won)
-            if lesson is None:
-                self.counts.declined += 1
-                return []
-            ids = self.manager.add(
-                [{"title": f"{episode.env_family}: won", "description": "", "content": lesson}],
-                provenance,
-            )
-            self.counts.written += len(ids)
-            return [int(i) for i in ids]
-        if self.output_format in ("plain", "stem"):
-            spec = family_spec(episode.env_family) if self.output_format == "stem" else None
-            stem = spec.stem_for(episode.task_id) if spec is not None else None
-            if stem is None:
-                generation = self.generate_chat(plain_extractor_messages(episode))
-                lesson = plain_lesson(generation.text)
-            else:
-                generation, lesson = self.fill_stem(plain_extractor_messages(episode), stem)
-            if lesson is None:
-                self.counts.malformed += 1
-                return self._reject(generation, actor_step)
-            if not self._good_enough(lesson, episode.env_family):
-                return self._reject(generation, actor_step)
-            title = f"{episode.env_family}: {episode.task[:80]}"
-            ids = self.manager.add(
-                [{"title": title, "description": "", "content": lesson}], provenance
-            )
-        else:
-            shown = self.shown_experiences(episode)
-            generation = self.generate_chat(
-                operations_messages(episode, shown, self.settings.extractor_transcript_chars)
-            )
-            try:
-                operations = parse_extractor_output(
-                    generation.text, len(shown), self.settings.max_text_chars
-                )
-            except ExtractorOutputError as exc:
-                # The reference skips the whole generation: nothing written, never trained
-                # (here a failure sample with ``train_on_rejected``).
-                logger.info("extractor answer ignored: %s", exc)
-                self.counts.malformed += 1
-                return self._reject(generation, actor_step)
-            if not operations:
-                self.counts.declined += 1
-                return []
-            passed = [
-                op
-                for op in operations
-                if op.text is None
-                or self._good_enough(f"{op.text.title}. {op.text.content}", episode.env_family)
-            ]
-            if not passed:  # every lesson it wrote failed the quality gate
-                return self._reject(generation, actor_step)
-            operations = passed
-            result = self.manager.apply_operations(operations, [e.id for e in shown], provenance)
-            ids = list(result.written_ids) if result.ok else []
-            if not result.ok:
-                self.counts.malformed += 1
-        self.counts.written += len(ids)
-        if ids:
-            self._keep(generation, "extract", ids, actor_step)
+        shown = self.shown_experiences(episode, manager) if self.format.uses_shown else []
+        draft = self.format.reply(self, episode, shown, self.settings.extractor_transcript_chars)
+        if draft.operations is None:  # unreadable
+            counts.malformed += 1
+            return self._reject(draft.generation, actor_step) if trains else []
+        if not draft.operations:  # ``return``: the extractor declined
+            counts.declined += 1
+            return []
+        passed = [
+            op
+            for op in draft.operations
+            if op.text is None
+            or self._good_enough(self.format.gate_text(op), episode.env_family, counts)
+        ]
+        if not passed:  # every lesson it wrote failed the quality gate
+            return self._reject(draft.generation, actor_step) if trains else []
+        ids = self.format.store(manager, passed, draft.shown_ids, provenance)
+        if ids is None:  # the store refused the operations: nothing was written
+            counts.malformed += 1
+            ids = []
+        counts.written += len(ids)
+        if ids and trains:
+            self._keep(draft.generation, "extract", ids, actor_step)
         return [int(i) for i in ids]
 
     def _reject(self, generation: Any, actor_step: int) -> list[int]:
@@ -437,74 +358,24 @@ class ExperienceExtractor:
         return []
 
     def distill(self, episodes: list[Trajectory], actor_step: int) -> list[int]:
-        """Write experiences from one iteration's finished episodes (``experience.distill``).
-
-        ``with_experience`` (the reference): every episode played with experience, none of the
-        others. ``group``: per task group, the ``experiences_per_group`` most informative
-        episodes (a win first when the group has wins and losses).
-        """
+        """Write experiences from one iteration's finished episodes, those
+        :func:`distilled_episodes` picks (``experience.distill``)."""
         written: list[int] = []
-        if self.settings.distill == "with_experience":
-            for episode in episodes:
-                if episode.with_experience and not episode.error:
-                    written += self.write(episode, actor_step)
-            return written
-        groups: dict[int, list[Trajectory]] = {}
-        for episode in episodes:
-            groups.setdefault(episode.group, []).append(episode)
-        for group in groups.values():
-            ordered = sorted(group, key=lambda e: (not e.won, e.episode_id))
-            for episode in ordered[: max(1, self.settings.experiences_per_group)]:
-                written += self.write(episode, actor_step)
+        for episode in distilled_episodes(episodes, self.settings):
+            written += self.write(episode, actor_step)
         return written
 
     # ------------------------------------------------------------------ uses
     def credit_uses(self, episodes: list[Trajectory]) -> int:
-        """Record each lesson's uses in one iteration's episodes: every with-experience episode
-        (not cut short) used the lessons it read (:attr:`~comprl_gym.rollouts.Trajectory.
-        shown_experience_ids`), won or lost. The store's uses/wins tallies get them (the
-        reference rule reads those); for ``extractor_baseline: paired`` each use's outcome
-        (+1/-1) minus the mean outcome of its task group's without-experience episodes is
-        added to :attr:`paired_credit`. Returns the uses recorded."""
-        by_group: dict[int, list[float]] = {}
-        for episode in episodes:
-            if not episode.with_experience and not episode.error:
-                by_group.setdefault(episode.group, []).append(1.0 if episode.won else -1.0)
-        uses = 0
-        for episode in episodes:
-            ids = episode.shown_experience_ids
-            if not episode.with_experience or episode.error or not ids:
-                continue
-            self.manager.report_outcome(ids, won=episode.won)
-            without = by_group.get(episode.group)
-            paired = (1.0 if episode.won else -1.0) - (
-                sum(without) / len(without) if without else 0.0
-            )
-            for lesson in ids:
-                total, count = self.paired_credit.get(lesson, (0.0, 0))
-                self.paired_credit[lesson] = (total + paired, count + 1)
-            uses += len(ids)
-        return uses
+        """Record each lesson's uses in one iteration's episodes in the store's tallies and in
+        :attr:`paired_credit` (:func:`comprl_gym.trainers.credit.credit_uses`). Returns the
+        uses recorded."""
+        return credit.credit_uses(episodes, self.manager, self.paired_credit)
 
     def paired_reward(self, written_ids: Iterable[int]) -> float | None:
-        """``r`` under ``extractor_baseline: paired``: the mean paired outcome over the uses of
-        the lessons a generation wrote (``None`` below ``min_uses`` uses).
-
-        Example (a use won while the group's without-half won 1 of 2: 1 - 0 = 1; a use lost
-        while it lost both: -1 - (-1) = 0):
-            >>> extractor = ExperienceExtractor.__new__(ExperienceExtractor)
-            >>> extractor.settings = ExperienceSettings(min_uses=1)
-            >>> extractor.paired_credit = {3: (1.0, 1), 4: (0.0, 1)}
-            >>> extractor.paired_reward([3, 4]), extractor.paired_reward([5]) is None
-            (0.5, True)
-        """
-        total = count = 0.0
-        for lesson in written_ids:
-            t, c = self.paired_credit.get(int(lesson), (0.0, 0))
-            total, count = total + t, count + c
-        if count < max(1, self.settings.min_uses):
-            return None
-        return total / count
+        """``r`` under ``extractor_baseline: paired`` (:func:`comprl_gym.trainers.credit.
+        paired_reward`; ``None`` below ``min_uses`` uses)."""
+        return credit.paired_reward(self.paired_credit, written_ids, self.settings.min_uses)
 
     # ------------------------------------------------------------------ refinements
     def refine(
@@ -532,7 +403,7 @@ class ExperienceExtractor:
             if not episode.with_experience:
                 continue
             for turn in episode.turns:
-                question = _SEARCH.parse(turn.action)
+                question = SEARCH_SYNTAX.parse(turn.action)
                 if question is None:
                     continue
                 match = next(
@@ -546,7 +417,7 @@ class ExperienceExtractor:
                     None,
                 )
                 if match is not None:
-                    match.reward = 1.0 if episode.won else -1.0
+                    match.reward = credit.outcome(episode.won)
                     match.actor_step = actor_step
                     credited += 1
         for g in open_:
@@ -560,8 +431,9 @@ class ExperienceExtractor:
 
     # ------------------------------------------------------------------ actor critiques
     def credit_critiques(self, episodes: list[Trajectory]) -> int:
-        """Let each critiqued use count :func:`critiqued_outcome` instead of the +1/-1 that
-        :class:`~comprl_gym.wrappers.OutcomeReporting` tallied, for every pending extract or
+        """Let each critiqued use count :func:`~comprl_gym.trainers.credit.critiqued_outcome`
+        instead of the +1/-1 that :class:`~comprl_gym.wrappers.OutcomeReporting` tallied, for
+        every pending extract or
         merge generation that wrote one of the critiqued experiences (reference
         ``add_memory_metadata_to_rollout``: the critic score overrides the episode score of
         the first turn's triggered interactions). An unparsed critique (score ``None``) and an
@@ -576,9 +448,9 @@ class ExperienceExtractor:
             ids = {int(i) for i in critique.get("ids", [])} & {
                 int(i) for i in episode.experience_ids
             }
-            delta = critiqued_outcome(float(critique["score"]), episode.score) - (
-                1.0 if episode.won else -1.0
-            )
+            delta = credit.critiqued_outcome(
+                float(critique["score"]), episode.score
+            ) - credit.outcome(episode.won)
             for generation in self.pending:
                 if generation.kind == "refine":
                     continue
@@ -640,7 +512,7 @@ class ExperienceExtractor:
             return generation.reward
         if (baseline or self.settings.extractor_baseline) == "paired":
             return self.paired_reward(generation.written_ids)
-        return generation_reward(
+        return credit.generation_reward(
             self.manager,
             generation.written_ids,
             self.settings.min_uses,
@@ -648,10 +520,10 @@ class ExperienceExtractor:
             generation.critic_adjustment,
         )
 
-    def ready_samples(self, actor_step: int) -> list[tuple[ExtractorGeneration, TrainSample]]:
-        """The next extractor batch: generations with a reward and a positive training weight,
-        least trained and oldest first, at most ``extractor_batch_size``; advantages
-        ``r - mean(r over the batch)``, weights from the manager's one policy."""
+    def reward_batch(self, actor_step: int) -> list[ScoredGeneration]:
+        """The next extractor batch with each generation's ``r(m)``: the generations with a
+        reward and a positive training weight (the manager's one policy), least trained and
+        oldest first, at most ``extractor_batch_size``."""
         candidates = [g for g in self.pending if self._trainable_again(g)]
         weights = self.manager.sample_weights([g.written_ids for g in candidates], actor_step)
         scored = []
@@ -660,36 +532,60 @@ class ExperienceExtractor:
                 continue
             reward = self.reward_of(generation)
             if reward is not None:
-                scored.append((generation, reward, weight))
+                scored.append(ScoredGeneration(generation, reward, weight))
         scored.sort(
-            key=lambda item: (item[0].times_trained + item[0].times_skipped, item[0].actor_step)
+            key=lambda s: (
+                s.generation.times_trained + s.generation.times_skipped,
+                s.generation.actor_step,
+            )
         )
-        batch = scored[: self.settings.extractor_batch_size]
-        rewards = [reward for _, reward, _ in batch]
-        # paired: r is already a difference against the episodes played without the lesson.
-        paired = self.settings.extractor_baseline == "paired"
-        advantages = rewards if paired else batch_advantages(rewards)
+        return scored[: self.settings.extractor_batch_size]
+
+    def samples(
+        self, batch: list[ScoredGeneration], advantages: list[float]
+    ) -> list[tuple[ExtractorGeneration, TrainSample]]:
+        """The training samples of ``batch``, one advantage each (the trainer's
+        ``extractor_advantages``)."""
         return [
             (
-                generation,
+                scored.generation,
                 # No sampler log-probs: the old log-probs are recomputed by the trainer from
                 # the current weights (reference ``_start_memory_model_train``).
                 TrainSample.from_generation(
-                    generation.prompt_token_ids,
-                    generation.completion_token_ids,
+                    scored.generation.prompt_token_ids,
+                    scored.generation.completion_token_ids,
                     advantage=advantage,
-                    weight=weight,
-                    meta={"reward": reward, "kind": generation.kind, "ids": generation.written_ids},
+                    weight=scored.weight,
+                    meta={
+                        "reward": scored.reward,
+                        "kind": scored.generation.kind,
+                        "ids": scored.generation.written_ids,
+                    },
                 ),
             )
-            for (generation, reward, weight), advantage in zip(batch, advantages)
+            for scored, advantage in zip(batch, advantages)
         ]
 
+    def ready_samples(self, actor_step: int) -> list[tuple[ExtractorGeneration, TrainSample]]:
+        """:meth:`reward_batch` as samples, advantages by ``extractor_baseline``'s rule
+        (:func:`~comprl_gym.trainers.credit.rule_advantages`: ``r - mean(r over the batch)``,
+        or ``r`` for ``paired``)."""
+        batch = self.reward_batch(actor_step)
+        rewards = [scored.reward for scored in batch]
+        return self.samples(
+            batch, credit.rule_advantages(rewards, self.settings.extractor_baseline)
+        )
+
     def train_step(self, actor_step: int) -> dict[str, float] | None:
-        """One CISPO update on the ready samples, or ``None`` when none is ready."""
+        """One CISPO update on :meth:`ready_samples`, or ``None`` when none is ready."""
         ready = self.ready_samples(actor_step)
-        if not ready:
-            return None
+        return self.update(ready, actor_step) if ready else None
+
+    def update(
+        self, ready: list[tuple[ExtractorGeneration, TrainSample]], actor_step: int
+    ) -> dict[str, float]:
+        """One CISPO update on ``ready`` (a non-empty batch of :meth:`samples`): the step, each
+        generation's training count, the store's training marks, :attr:`batch_log`."""
         with self.lock:
             stats = self.optimizer.update([sample for _, sample in ready])
             # ``updates`` counts optimiser steps: a batch whose advantages are all 0 (every r
