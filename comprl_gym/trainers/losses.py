@@ -1,4 +1,5 @@
-"""Policy-gradient losses for the actor (clipped PG) and the extractor (CISPO).
+"""Policy-gradient losses for the actor (clipped PG) and the extractor (CISPO), and the
+supervised cross-entropy of the reading warm-up.
 
 Every loss takes per-token tensors of shape ``(batch, tokens)``: the current log-probabilities
 ``logp`` (with gradient), the log-probabilities under the policy that sampled the tokens
@@ -144,7 +145,8 @@ def cispo_loss(
 class Loss(Protocol):
     """What :class:`~comprl_gym.trainers.policy.PolicyOptimizer` minimises: a picklable callable
     (data-parallel ranks rebuild the optimiser from it) from per-token tensors to the loss and
-    its statistics (``clip_fraction`` is reported when present).
+    its statistics (``clip_fraction`` is reported when present, and ``sequence_losses``, one
+    value per sequence, is passed on per sample).
 
     A new loss is one class with this ``__call__``; a trainer returns it from its ``actor_loss``
     hook (see :mod:`comprl_gym.trainers.complementary`).
@@ -221,6 +223,35 @@ class CISPO:
             num_sequences=num_sequences,
         )
         return loss, {}
+
+
+@dataclass(frozen=True)
+class CrossEntropy:
+    """Supervised cross-entropy on the labelled tokens (mask 1): ``-log p`` of each, averaged
+    per sequence then over sequences (``sequence``) or over all labelled tokens (``token``).
+    Advantages and old log-probs are ignored (a sample's advantage only has to be nonzero to
+    count). Its statistics hold ``sequence_losses``: each sequence's own mean, in batch order
+    (the reading warm-up logs them per lesson format).
+
+    Example:
+        >>> logp = torch.log(torch.tensor([[0.5, 0.25], [1.0, 0.5]]))
+        >>> mask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+        >>> loss, stats = CrossEntropy()(logp, logp, torch.ones(2), mask)
+        >>> [round(x, 4) for x in stats["sequence_losses"]]  # (log 2 + log 4) / 2, log 2
+        [1.0397, 0.6931]
+        >>> round(loss.item(), 4)  # their mean
+        0.8664
+    """
+
+    normalization: Normalization = "sequence"
+
+    def __call__(self, logp, old_logp, advantages, mask, *, num_tokens=None, num_sequences=None):
+        per_token = -logp
+        loss = aggregate(per_token, mask, self.normalization, num_tokens, num_sequences)
+        with torch.no_grad():
+            weights = mask.to(per_token.dtype)
+            per_sequence = (per_token * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+        return loss, {"sequence_losses": per_sequence.tolist()}
 
 
 def token_logprobs(

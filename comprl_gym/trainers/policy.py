@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import io
 import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +37,7 @@ from comprl_gym.llm.devices import resolve_dtype, resolve_placement
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.trainers.config import ModelSettings
 from comprl_gym.trainers.losses import ClippedPG, Loss, token_logprobs
+from comprl_gym.utils import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -298,7 +302,10 @@ class PolicyOptimizer:
         """Load the model of ``settings`` (``setting`` names its config section in errors:
         ``actor``, ``extractor``) and build its optimiser."""
         model, tokenizer = load_causal_lm(settings, setting)
-        return cls(model, tokenizer, settings, **kwargs)
+        optimizer = cls(model, tokenizer, settings, **kwargs)
+        if settings.init_weights:
+            optimizer.load_weights(settings.init_weights, f"{setting}.init_weights")
+        return optimizer
 
     @property
     def device(self) -> torch.device:
@@ -424,6 +431,7 @@ class PolicyOptimizer:
         micro = max(1, self.settings.micro_batch_size)
         self.optimizer.zero_grad(set_to_none=True)
         clip_sum = 0.0
+        sequence_losses: dict[int, float] = {}  # by id(sample), where the loss reports them
         # Sort by length so micro-batches pad little.
         ordered = sorted(useful, key=lambda s: len(s.input_ids))
         for begin in range(0, len(ordered), micro):
@@ -449,6 +457,7 @@ class PolicyOptimizer:
                 num_sequences=num_sequences,
             )
             clip_sum += extra.get("clip_fraction", 0.0) * float(batch["mask"].sum())
+            sequence_losses.update(zip(map(id, chunk), extra.get("sequence_losses", ())))
             loss.backward()
             stats["loss"] += float(loss.detach())
         for _ in range((len(ordered) + micro - 1) // micro, micro_batches):
@@ -472,6 +481,8 @@ class PolicyOptimizer:
         stats["clip_fraction"] = clip_sum / max(num_tokens, 1.0)
         stats["update_time_s"] = elapsed
         stats["tokens_per_s"] = total_tokens / max(elapsed, 1e-9)
+        if sequence_losses:  # in the order of the useful samples, not the sorted one
+            stats["sequence_losses"] = [sequence_losses[id(s)] for s in useful]
         return stats
 
     # ------------------------------------------------------------------ state
@@ -483,6 +494,73 @@ class PolicyOptimizer:
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """:meth:`rollout_weights` as a dict (every merged weight held at once)."""
         return dict(self.rollout_weights())
+
+    def trainable_weights(self) -> dict[str, torch.Tensor]:
+        """The trained parameters (the LoRA adapters, or every weight without LoRA) by
+        parameter name, detached copies on the CPU: what :meth:`save_weights` writes."""
+        return {
+            name: param.detach().cpu().clone()
+            for name, param in self.model.named_parameters()
+            if param.requires_grad
+        }
+
+    def save_weights(self, path: str | Path) -> str:
+        """Write :meth:`trainable_weights` to ``path`` (``torch.save``, atomically: a crash
+        leaves the old file or none) and return the file's sha256. A config starts a model
+        from it with ``init_weights`` (:meth:`load_weights`)."""
+        buffer = io.BytesIO()
+        torch.save(self.trainable_weights(), buffer)
+        data = buffer.getvalue()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, data)
+        return hashlib.sha256(data).hexdigest()
+
+    def load_weights(self, path: str | Path, setting: str = "init_weights") -> str:
+        """Copy a :meth:`save_weights` file into the trained parameters and return its sha256
+        (a run's ``provenance.json`` records it too). ``setting`` names the config key in
+        errors.
+
+        Raises:
+            ConfigurationError: no such file, or it does not fit this model: its error names
+                the missing and unknown weights and the shape mismatches (same model and LoRA
+                settings as the run that saved it?). Nothing is copied then.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigurationError(f"{setting}: no file {path}")
+        data = path.read_bytes()
+        try:
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as exc:  # pickle, zip or torch errors: not a weights file
+            raise ConfigurationError(f"{setting}: {path} is not a weights file ({exc})") from exc
+        if not isinstance(state, dict):
+            raise ConfigurationError(f"{setting}: {path} holds no named weights")
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        missing = sorted(set(params) - set(state))
+        unknown = sorted(set(state) - set(params))
+        shapes = [
+            f"{name} {tuple(state[name].shape)} (this model: {tuple(params[name].shape)})"
+            for name in sorted(set(params) & set(state))
+            if tuple(state[name].shape) != tuple(params[name].shape)
+        ]
+        if missing or unknown or shapes:
+            problems = [
+                f"{len(items)} {what} (first: {items[0]})"
+                for items, what in (
+                    (missing, "weights missing from the file"),
+                    (unknown, "weights this model does not train"),
+                    (shapes, "shape mismatches"),
+                )
+                if items
+            ]
+            raise ConfigurationError(
+                f"{setting}: {path} does not fit this model (the same model and LoRA settings "
+                f"as the run that saved it?): {'; '.join(problems)}"
+            )
+        with torch.no_grad():
+            for name, param in params.items():
+                param.copy_(state[name].to(param.device, param.dtype))
+        return hashlib.sha256(data).hexdigest()
 
     def state_dict(self) -> dict[str, Any]:
         return {
