@@ -6,6 +6,12 @@ and git commit (with a dirty flag), the agent (spec, model path and weights hash
 settings, seeds), the experience store (entries and a hash of their text) when one was used,
 the engines' versions, the hardware and the wall time.
 
+A training run writes its own record (:func:`training_provenance`, in ``provenance.json`` and
+``summary.json``): the same package, engine and hardware facts, the sha256 of every weight
+file each model was loaded from (a model folder's weights, the SmolLM2 GGUF it was converted
+from, an ``init_weights`` file, a checkpoint it resumed from) and the training tasks: the pool
+each env id samples from and every task id it played, with its episode count.
+
 Example:
     >>> info = package_info()
     >>> sorted(info)
@@ -14,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -26,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import comprl_gym
-from comprl_gym.utils import atomic_write_json, jsonable
+from comprl_gym.utils import atomic_write_json, files_sha256, jsonable
 
 PROVENANCE_FILE = "provenance.json"
 #: Packages whose version decides what an env plays or how an agent samples.
@@ -105,21 +112,100 @@ def hardware_info() -> dict[str, Any]:
     return info
 
 
-def files_sha256(paths: list[Path]) -> str:
-    """One SHA-256 over the files' names (relative to their common folder) and bytes."""
+#: Weight files hashed for an agent's model (a folder's other files are configuration).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+
+
+@functools.lru_cache(maxsize=256)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
-    paths = sorted(paths)
-    root = Path(os.path.commonpath([str(p) for p in paths])) if paths else Path()
-    for path in paths:
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
     return digest.hexdigest()
 
 
-#: Weight files hashed for an agent's model (a folder's other files are configuration).
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of one file's bytes (remembered per path, size and modification time, so a
+    large weight file is read once per process).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile(delete=False) as f:
+        ...     _ = f.write(b"abc")
+        >>> file_sha256(f.name)[:16]
+        'ba7816bf8f01cfea'
+    """
+    stat = os.stat(path)
+    return _file_sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The weight files a model load reads: the file itself, or a folder's files ending in
+    :data:`WEIGHT_SUFFIXES` (its other files are configuration)."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+
+
+def weight_hashes(path: Path) -> dict[str, str]:
+    """The sha256 of each of :func:`weight_files`, by its name relative to the folder."""
+    root = path if path.is_dir() else path.parent
+    return {p.relative_to(root).as_posix(): file_sha256(p) for p in weight_files(path)}
+
+
+def model_weights(model: str, init_weights: str = "") -> dict[str, Any]:
+    """What a trainer's model was loaded from: its resolved ``path`` and the sha256 of each
+    weight file read (``weight_files``, by name relative to the folder), the SmolLM2 GGUF the
+    folder was converted from (``source_files``) and an ``init_weights`` file loaded over it.
+    A model that cannot be resolved is recorded with the error (the load itself would fail)."""
+    from comprl_gym.llm.models import MODEL_ALIASES, resolve_model, smollm2_gguf_file
+
+    info: dict[str, Any] = {"model": model}
+    try:
+        path = Path(resolve_model(model))
+    except Exception as exc:
+        info["model_path_error"] = str(exc)
+        return info
+    info["path"] = str(path)
+    info["weight_files"] = weight_hashes(path)
+    if MODEL_ALIASES.get(model.lower()) is MODEL_ALIASES["smollm2"]:
+        try:  # the folder was converted from it; a cached folder loads without the package
+            gguf = smollm2_gguf_file()
+            info["source_files"] = {str(gguf): file_sha256(gguf)}
+        except Exception as exc:
+            info["source_files_error"] = str(exc)
+    if init_weights:
+        files = weight_hashes(Path(init_weights).expanduser())
+        info["init_weights"] = {"path": init_weights, "weight_files": files}
+    return info
+
+
+def training_provenance(
+    models: dict[str, Any],
+    training_tasks: dict[str, Any],
+    checkpoints: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The provenance record of a training run.
+
+    ``models`` maps a role (``actor``, ``extractor``) to its settings (anything with ``model``
+    and, optionally, ``init_weights``); ``training_tasks`` is what the trainer played (pools
+    and task ids); ``checkpoints`` are the checkpoint files it resumed from, each with the
+    sha256 it had when read (:func:`file_sha256`; under LoRA they hold the adapters, otherwise
+    every trained weight).
+    """
+    return {
+        "package": package_info(),
+        "models": {
+            role: model_weights(settings.model, getattr(settings, "init_weights", "") or "")
+            for role, settings in models.items()
+        },
+        "resumed_from": dict(checkpoints or {}),
+        "training_tasks": training_tasks,
+        "engines": engine_versions(),
+        "hardware": hardware_info(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def agent_info(spec: str, seeds: list[int]) -> dict[str, Any]:
@@ -135,19 +221,17 @@ def agent_info(spec: str, seeds: list[int]) -> dict[str, Any]:
     info.update(kind=kind, model=model, sampling=options)
     if kind == "openai":
         return info  # a served model: its weights are not ours to read
-    try:
-        from comprl_gym.llm.models import resolve_model
-
-        path = Path(resolve_model(model))
-    except Exception as exc:  # the model is resolved again when the agent is built
-        info["model_path_error"] = str(exc)
+    weights = model_weights(model)
+    if "path" not in weights:  # the model is resolved again when the agent is built
+        info["model_path_error"] = weights["model_path_error"]
         return info
+    path = Path(weights["path"])
     info["model_path"] = str(path)
-    weights = (
-        [p for p in path.rglob("*") if p.suffix in WEIGHT_SUFFIXES] if path.is_dir() else [path]
-    )
-    if weights:
-        info["weights_sha256"] = files_sha256(weights)
+    if weight_files(path):
+        info["weights_sha256"] = files_sha256(weight_files(path))
+        info["weight_files"] = weights["weight_files"]
+    if "source_files" in weights:
+        info["source_files"] = weights["source_files"]
     return info
 
 

@@ -1,0 +1,178 @@
+"""``comprl-gym probe``: the extractor probe on a saved run's extractors, or on a model.
+
+``comprl-gym probe --run DIR`` gives a family's committed probe episodes
+(:mod:`comprl_gym.evaluation.probe`) to the run's trained extractor (its newest checkpoint),
+its frozen one (the same model with the weights it started from) and the scripted
+outcome-aware rule (the ceiling), and prints P(right | won) and P(right | lost) of each;
+``--extractor MODEL`` probes a model no run trained; ``--out FILE`` keeps every lesson, with
+the sha256 of the checkpoint and of the model's weight files.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(); sub = parser.add_subparsers()
+    >>> add_commands(sub)
+    >>> args = parser.parse_args(["probe", "--run", "runs/memory-complementary"])
+    >>> args.run, args.family, args.no_frozen
+    ('runs/memory-complementary', [], False)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from comprl_gym.core import ConfigurationError
+from comprl_gym.trainers.config import ExperienceSettings, ModelSettings, TrainConfig
+
+if TYPE_CHECKING:
+    from comprl_gym.trainers.extractor import ExperienceExtractor
+# The models' engines (torch, transformers) load only when the command runs: every other
+# ``comprl-gym`` command stays as light as it was.
+
+
+def build_extractor(
+    model: ModelSettings,
+    settings: ExperienceSettings,
+    seed: int = 0,
+    model_state: dict[str, Any] | None = None,
+) -> ExperienceExtractor:
+    """An extractor of ``model`` (frozen) that writes as ``settings`` say, with the weights of
+    ``model_state`` (a checkpoint's extractor model state) when given."""
+    from comprl_gym.trainers.base import policy_backend
+    from comprl_gym.trainers.extractor import ExperienceExtractor
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    optimizer = PolicyOptimizer.from_settings(model, "extractor", trainable=False)
+    if model_state is not None:
+        optimizer.model.load_state_dict(model_state)
+    optimizer.model.eval()
+    return ExperienceExtractor(
+        policy_backend(optimizer),
+        optimizer,
+        None,
+        settings,
+        max_new_tokens=model.max_new_tokens,
+        temperature=model.temperature,
+        seed=seed,
+    )
+
+
+def run_extractors(
+    run_dir: str | os.PathLike[str], frozen: bool = True
+) -> tuple[TrainConfig, dict[str, Any], list[tuple[str, ExperienceExtractor]]]:
+    """A saved run's config, where its weights came from, and its extractors: the trained one
+    (its newest checkpoint) and, with ``frozen``, the same model with its initial weights."""
+    from comprl_gym.evaluation.provenance import file_sha256
+    from comprl_gym.trainers.checkpoint import CheckpointManager
+
+    data = CheckpointManager(run_dir).load()
+    state = data["state"]
+    if "extractor" not in state:
+        raise ConfigurationError(f"{run_dir}: the run has no extractor (its algorithm uses none)")
+    config = TrainConfig.from_dict(state["config"])
+    checkpoint = Path(data["path"]) / "trainer.pt"
+    source = {"checkpoint": str(checkpoint), "sha256": file_sha256(checkpoint)}
+    model_state = state["extractor"]["optimizer"]["model"]
+    extractors = [
+        (
+            f"trained extractor (step {data['step']})",
+            build_extractor(config.extractor, config.experience, config.seed, model_state),
+        )
+    ]
+    if frozen:
+        extractors.append(
+            (
+                f"frozen extractor ({config.extractor.model})",
+                build_extractor(config.extractor, config.experience, config.seed),
+            )
+        )
+    return config, source, extractors
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from comprl_gym.evaluation.probe import ScriptedRule, can_probe, probe_table
+    from comprl_gym.evaluation.provenance import model_weights
+    from comprl_gym.families import family_specs
+    from comprl_gym.trainers.probing import ExtractorWriter, probe_reports, probed_families
+    from comprl_gym.utils import atomic_write_json, jsonable
+
+    if not args.run and not args.extractor:
+        raise ConfigurationError("probe needs --run DIR or --extractor MODEL (or both)")
+    writers: list[tuple[str, Any]] = []
+    sources: dict[str, Any] = {}
+    families = list(args.family)
+    if args.run:
+        config, sources["run"], extractors = run_extractors(args.run, not args.no_frozen)
+        sources["run"]["extractor"] = model_weights(config.extractor.model)
+        writers += [(name, ExtractorWriter(e, name)) for name, e in extractors]
+        families = families or probed_families(config.env_ids)
+    if args.extractor:
+        settings = ExperienceSettings(extractor_format=args.format)
+        model = ModelSettings(model=args.extractor, temperature=args.temperature)
+        name = f"extractor {args.extractor} ({args.format})"
+        writers.append((name, ExtractorWriter(build_extractor(model, settings, args.seed), name)))
+        sources["extractor"] = model_weights(args.extractor)
+    families = families or [name for name in family_specs() if can_probe(name)]
+    if not families:
+        raise ConfigurationError("no family to probe: none has a lesson judge and probe episodes")
+    writers.append((ScriptedRule.outcome_aware().name, ScriptedRule.outcome_aware()))
+    results: dict[str, Any] = {"sources": sources, "families": {}}
+    for family in families:
+        reports = [probe_reports(writer, [family], name=name)[family] for name, writer in writers]
+        results["families"][family] = [report.to_dict() for report in reports]
+        episodes = len(reports[0].verdicts)
+        print(f"\n{family}: {episodes} probe episodes (P(right | outcome), 95% Wilson interval)\n")
+        print(probe_table(reports))
+    if args.out:
+        atomic_write_json(args.out, jsonable(results))
+        print(f"\nreports with every lesson: {args.out}")
+    return 0
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``probe`` to the ``comprl-gym`` command."""
+    p = subparsers.add_parser(
+        "probe",
+        help="score an extractor's lessons on the committed probe episodes",
+        description=(
+            "Give a family's committed probe episodes (held-out, both outcomes: e.g. the memory "
+            "family's 16 dungeons walked east and west) to an extractor and judge what it "
+            "writes: P(right | won) and P(right | lost) with 95% Wilson intervals, beside "
+            "the scripted outcome-aware rule (the ceiling, right 1.0 / 1.0). An extractor that "
+            "learnt the rule is right after wins AND losses; one that copies the side walked is "
+            "right after wins only, one that always names the same side about half the time."
+        ),
+    )
+    p.add_argument(
+        "--run",
+        help="a training run's output_dir: its newest checkpoint's extractor, and its frozen one",
+    )
+    p.add_argument("--no-frozen", action="store_true", help="leave the run's frozen extractor out")
+    p.add_argument(
+        "--extractor", help="a model to probe as an untrained extractor: smollm2, tiny or a folder"
+    )
+    p.add_argument(
+        "--format",
+        default="stem",
+        choices=["stem", "plain", "operations"],
+        help="what --extractor writes (default: stem)",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="--extractor's sampling temperature"
+    )
+    p.add_argument("--seed", type=int, default=0, help="--extractor's sampling seed")
+    p.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        help="a family to probe (repeatable; default: the run's, else every family that can)",
+    )
+    p.add_argument("--out", help="write the reports, every lesson included, to this JSON file")
+    p.set_defaults(func=_cmd_probe)
+
+
+__all__ = ["add_commands", "build_extractor", "run_extractors"]

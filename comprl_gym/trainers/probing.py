@@ -1,0 +1,87 @@
+"""The extractor probe for trainers' extractors, as training logs it.
+
+:mod:`comprl_gym.evaluation.probe` scores any lesson writer on a family's committed probe
+episodes (P(right | won), P(right | lost)); this module gives it the trainers' extractors:
+
+* :class:`ExtractorWriter` lets an :class:`~comprl_gym.trainers.extractor.ExperienceExtractor`
+  write into the probe's scratch store and leaves its training state as it was (no training
+  samples, counts or sampling draws of the probe's), so a run probed every iteration trains
+  exactly as one never probed;
+* :func:`probe_metrics` is what a trainer logs every ``experience.probe_every`` iterations
+  (``probe/right_after_won``, ``probe/right_after_lost`` and the counts) for each of its
+  families with a lesson judge and probe episodes.
+
+A saved run's extractors are probed by ``comprl-gym probe`` (:mod:`.probe_command`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from comprl_gym.evaluation.probe import ProbeReport, can_probe, load_probe_episodes, run_probe
+from comprl_gym.registration import ENV_TABLE
+from comprl_gym.rollouts import Trajectory
+from comprl_gym.trainers.extractor import ExperienceExtractor
+
+
+class ExtractorWriter:
+    """An extractor as a probe writer (``write(episode, step, into=store)``).
+
+    It writes with the extractor's current weights and sampling settings into the store it is
+    given (``ExperienceExtractor.write(..., into=store)``), then puts back what writing changes
+    in the extractor: its pending training samples (a probe reply is no training sample: the
+    ids it wrote live in the scratch store), its counts and its sampling-seed counter. The
+    caller makes sure nothing else uses the extractor meanwhile (a trainer drains its
+    experience worker first).
+    """
+
+    def __init__(self, extractor: ExperienceExtractor, name: str = "extractor"):
+        self.extractor = extractor
+        self.name = name
+
+    def write(self, episode: Trajectory, actor_step: int, *, into: Any) -> list[int]:
+        extractor = self.extractor
+        with extractor.lock:
+            pending, generations = list(extractor.pending), extractor.generations
+            counts = extractor.counts.to_dict()
+            try:
+                return extractor.write(episode, actor_step, into=into)
+            finally:
+                extractor.pending, extractor.generations = pending, generations
+                extractor.counts = type(extractor.counts)(**counts)
+
+
+def probed_families(env_ids: list[str]) -> list[str]:
+    """The families of ``env_ids`` that have a lesson judge and probe episodes, in order.
+
+    Example:
+        >>> probed_families(["comprl/MiniHack-Room-5x5-v0", "comprl/Memory-Fork-v0"])
+        ['memory']
+    """
+    found = [ENV_TABLE[env_id].family for env_id in env_ids if env_id in ENV_TABLE]
+    return [family for family in dict.fromkeys(found) if can_probe(family)]
+
+
+def probe_reports(
+    writer: Any, families: list[str], actor_step: int = 0, name: str = ""
+) -> dict[str, ProbeReport]:
+    """``writer``'s probe report on each family's probe episodes."""
+    return {
+        family: run_probe(writer, load_probe_episodes(family), name, actor_step)
+        for family in families
+    }
+
+
+def probe_metrics(extractor: ExperienceExtractor, env_ids: list[str], step: int) -> dict[str, Any]:
+    """The probe's metrics of ``extractor`` on the probed families of ``env_ids``:
+    ``probe/right_after_won`` ... for one family, ``probe/<family>/...`` for several."""
+    families = probed_families(env_ids)
+    reports = probe_reports(ExtractorWriter(extractor), families, step)
+    record: dict[str, Any] = {}
+    for family, report in reports.items():
+        prefix = "probe/" if len(reports) == 1 else f"probe/{family}/"
+        record.update(report.metrics(prefix))
+    return record
+
+
+__all__ = ["ExtractorWriter", "probe_metrics", "probe_reports", "probed_families"]

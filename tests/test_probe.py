@@ -1,0 +1,202 @@
+"""The extractor probe: committed episodes, scripted rules against hand counts, a real extractor
+through it, the ``probe`` command and the probe logged during training."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_provenance import memory_run_config, train
+
+from comprl_gym.cli import main
+from comprl_gym.envs.memory import SPLITS, dungeon, oracle_lesson
+from comprl_gym.envs.memory.probe import PROBE_DUNGEONS, probe_episodes
+from comprl_gym.evaluation.probe import (
+    PROBE_VERDICTS,
+    ProbeReport,
+    ScriptedRule,
+    can_probe,
+    load_probe_episodes,
+    run_probe,
+)
+from comprl_gym.rollouts import Trajectory
+from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
+from comprl_gym.trainers.probe_command import build_extractor
+from comprl_gym.trainers.probing import ExtractorWriter, probed_families
+
+
+@pytest.fixture(scope="module")
+def episodes() -> list[Trajectory]:
+    return load_probe_episodes("memory")
+
+
+def test_committed_episodes_cover_both_sides_and_both_outcomes_on_held_out_dungeons(episodes):
+    assert can_probe("memory") and not can_probe("minihack")
+    assert len(episodes) == 32 and len(PROBE_DUNGEONS) == 16
+    by_task: dict[str, list[Trajectory]] = {}
+    for episode in episodes:
+        by_task.setdefault(episode.task_id, []).append(episode)
+    assert len(by_task) == 16
+    for task_id, pair in by_task.items():
+        truth = dungeon(task_id)
+        assert truth.index in SPLITS["test_large"]  # never a training dungeon
+        assert sorted(e.meta["walked"] for e in pair) == ["east", "west"]
+        for e in pair:
+            # the generator's hidden side decides the outcome: walking it wins, in 2 steps
+            assert e.won == (e.meta["walked"] == truth.side)
+            assert e.turns[0].action == e.meta["walked"]
+            assert e.steps == (2 if e.won else 1)
+    assert sorted(dungeon(t).side for t in by_task) == ["east"] * 8 + ["west"] * 8
+    # the file is Trajectory records: they read back into what they were written from
+    assert [e.to_dict() for e in episodes] == probe_episodes()
+
+
+@pytest.mark.slow
+def test_the_committed_file_is_what_its_generator_writes():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_probe_episodes.py"
+    assert subprocess.run([sys.executable, str(script), "--check"]).returncode == 0
+
+
+def test_the_outcome_aware_rule_is_right_after_every_win_and_every_loss(episodes):
+    report = run_probe(ScriptedRule.outcome_aware(), episodes)
+    for won in (True, False):
+        rate = report.right_rate(won)
+        assert (rate.mean, rate.n) == (1.0, 16)
+        # Wilson's lower bound at 16/16: n / (n + z^2) = 16 / (16 + 1.96^2)
+        assert rate.low == pytest.approx(16 / (16 + 1.959964**2), abs=1e-6)
+    assert report.count("right") == 32
+    # its lesson after a loss names the side not walked, in the oracle's words
+    lost = next(v for v in report.verdicts if not v.won)
+    assert lost.lessons[0].endswith(oracle_lesson(lost.task_id))
+
+
+def test_constant_and_walked_side_rules_score_the_hand_counted_fractions(episodes):
+    # 8 probe dungeons hide the stairs east: "always east" is right on both episodes of those
+    # (8 of 16 wins, 8 of 16 losses) and wrong on the 16 episodes of the other 8.
+    east = run_probe(ScriptedRule.always("east"), episodes)
+    assert (east.count("right", True), east.count("right", False)) == (8, 8)
+    assert east.right_rate(True).mean == east.right_rate(False).mean == 0.5
+    assert east.count("wrong") == 16
+    # naming the side walked is right after each of the 16 wins and after none of the losses
+    walked = run_probe(ScriptedRule.walked_side(), episodes)
+    assert (walked.right_rate(True).mean, walked.right_rate(False).mean) == (1.0, 0.0)
+    metrics = walked.metrics()
+    assert metrics["probe/right_after_won"] == 1.0 and metrics["probe/right_after_lost"] == 0.0
+    assert metrics["probe/wrong"] == 16 and metrics["probe/nothing_written"] == 0
+
+
+class FixedTexts:
+    """Writes, for the i-th episode it is given, the i-th of ``texts`` (None: nothing)."""
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def write(self, episode, actor_step, *, into):
+        text = self.texts.pop(0)
+        if text is None:
+            return []
+        return into.add([{"title": "t", "description": "", "content": text}])
+
+
+def test_each_kind_of_lesson_gets_its_verdict(episodes):
+    first = episodes[:6]
+    name = dungeon(first[0].task_id).name
+    other = oracle_lesson(PROBE_DUNGEONS[-1])  # another dungeon's (right) lesson
+    writer = FixedTexts(
+        [
+            None,
+            f"In {name} the stairs are east or west.",
+            "Dark halls fork; keep going.",
+            other,
+            f"{other} Also: in {name} walk east.",  # judged by the dungeon it names first
+            oracle_lesson(first[5].task_id),
+        ]
+    )
+    report = run_probe(writer, first)
+    verdicts = [v.verdict for v in report.verdicts]
+    assert verdicts == ["nothing", "both", "neither", "other_task", "other_task", "right"]
+    assert set(verdicts) <= set(PROBE_VERDICTS)
+    assert report.metrics()["probe/both_sides"] == 1
+    assert report.metrics()["probe/no_side"] == 1
+    assert report.to_dict()["counts"]["other_task"] == 2
+
+
+def test_a_real_extractor_runs_through_the_probe_and_keeps_its_training_state(episodes):
+    extractor = build_extractor(
+        ModelSettings(model="tiny", max_new_tokens=8), ExperienceSettings(extractor_format="stem")
+    )
+    before = (list(extractor.pending), extractor.generations, extractor.counts.to_dict())
+    report = run_probe(ExtractorWriter(extractor, "tiny"), episodes)
+    assert len(report.verdicts) == 32
+    assert all(v.verdict in PROBE_VERDICTS for v in report.verdicts)
+    # a stem extractor always names one side of the episode's own dungeon
+    assert report.count("right") + report.count("wrong") == 32
+    assert (list(extractor.pending), extractor.generations, extractor.counts.to_dict()) == before
+    # the same extractor, probed again, writes the same lessons (the probe drew nothing)
+    again = run_probe(ExtractorWriter(extractor, "tiny"), episodes[:8])
+    assert [v.lessons for v in again.verdicts] == [v.lessons for v in report.verdicts[:8]]
+
+
+def test_probe_command_prints_the_table_and_writes_every_lesson(tmp_path, capsys):
+    out = tmp_path / "probe.json"
+    assert main(["probe", "--extractor", "tiny", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| extractor tiny (stem) |" in printed
+    assert "| scripted outcome-aware rule | 1.00 [0.81, 1.00] (16/16) |" in printed
+    saved = json.loads(out.read_text())
+    rows = saved["families"]["memory"]
+    assert [r["name"] for r in rows] == ["extractor tiny (stem)", "scripted outcome-aware rule"]
+    assert all(len(r["verdicts"]) == 32 for r in rows)
+    assert saved["sources"]["extractor"]["weight_files"]["model.safetensors"]
+    with pytest.raises(SystemExit):
+        main(["probe", "--help"])
+    assert "P(right | won)" in capsys.readouterr().out
+
+
+def test_probe_command_refuses_nothing_to_probe(capsys):
+    assert main(["probe"]) == 2
+    assert "--run DIR or --extractor MODEL" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_training_logs_the_probe_and_the_run_probes_its_saved_extractor(tmp_path, capsys):
+    assert probed_families(["comprl/MiniHack-Room-5x5-v0", "comprl/Memory-Fork-v0"]) == ["memory"]
+    train(memory_run_config(tmp_path, "complementary", iterations=2, probe_every=1))
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    for line in lines:
+        assert 0.0 <= line["probe/right_after_won"] <= 1.0
+        assert 0.0 <= line["probe/right_after_lost"] <= 1.0
+        assert line["probe/episodes_won"] == line["probe/episodes_lost"] == 16
+        counted = sum(line[f"probe/{k}"] for k in ("right_won", "right_lost", "wrong"))
+        others = ("both_sides", "no_side", "other_task", "nothing_written")
+        assert counted + sum(line[f"probe/{k}"] for k in others) == 32
+    # the probe changed nothing in the run: the same run unprobed logs the same values
+    train(memory_run_config(tmp_path / "unprobed", "complementary", iterations=2))
+    unprobed = (tmp_path / "unprobed" / "run" / "metrics.jsonl").read_text().splitlines()
+
+    def computed(line: dict) -> dict:
+        """What an iteration computed: not the probe, the clock, waits or speeds."""
+        skip = ("probe/", "wait")
+        return {
+            k: v
+            for k, v in line.items()
+            if k != "time" and not k.endswith("_s") and not any(w in k for w in skip)
+        }
+
+    assert [computed(x) for x in lines] == [computed(json.loads(x)) for x in unprobed]
+    # the saved run's trained extractor through the command, beside its frozen one
+    assert main(["probe", "--run", str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr().out
+    assert "| trained extractor (step 2) |" in printed and "| frozen extractor (tiny) |" in printed
+
+
+def test_probe_every_must_not_be_negative():
+    from comprl_gym.core import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="probe_every"):
+        ExperienceSettings(probe_every=-1)
+    assert ProbeReport("empty").metrics()["probe/right_after_won"] is None
