@@ -27,6 +27,7 @@ from comprl_gym.evaluation.stats import (
     clopper_pearson_interval,
     episodes_needed,
     mean_ci,
+    paired_comparison,
     paired_difference_interval,
     pairs_needed,
     proportion_ci,
@@ -225,3 +226,34 @@ def test_newcombe_paired_coverage_is_near_nominal_on_random_tables():
                 )
         coverage.append(covered)
     assert 0.93 < np.mean(coverage) < 0.97 and min(coverage) > 0.9
+
+
+def _keyed(table, run="run-a"):
+    """The 2x2 table (both, only first, only second, neither) as two outcome tables keyed by
+    (run, task, visit), as a stream or a pooled comparison keys its episodes."""
+    first, second = _pairs(*table)
+    keys = [(run, task // 2, 1 + task % 2) for task in range(len(first))]
+    return dict(zip(keys, first)), dict(zip(keys, second))
+
+
+def test_paired_comparison_is_newcombe_and_mcnemar_over_the_shared_episodes():
+    # Cavo et al. (2012): -0.0621 (-0.1186, -0.0046) published; McNemar by hand: b = 6, c = 16,
+    # p = 2 * sum_{k<=6} C(22, k) / 2^22 = 2 * 110056 / 4194304.
+    first, second = _keyed((59, 6, 16, 80))
+    # Episodes only one side played (another run's, an unfinished visit) are not pairs.
+    first[("run-b", 0, 1)], second[("run-c", 0, 1)] = 1.0, 0.0
+    out = paired_comparison(first, second)
+    assert out["pairs"] == 161
+    d = out["difference"]
+    assert (d["mean"], d["low"], d["high"]) == pytest.approx((-0.0621, -0.1186, -0.0046), abs=1e-4)
+    assert out["mcnemar_p"] == pytest.approx(220112 / 4194304, rel=1e-9)
+    assert out["resolvable"] == pytest.approx(max(d["mean"] - d["low"], d["high"] - d["mean"]))
+    # (2,1,0,1) by hand (above): +0.25 [-0.319557, +0.655287], the wider side below; one
+    # discordant pair: p = 1.
+    out = paired_comparison(*_keyed((2, 1, 0, 1)))
+    assert out["difference"]["low"] == pytest.approx(-0.319557, abs=2e-6)
+    assert out["mcnemar_p"] == 1.0 and out["resolvable"] == pytest.approx(0.25 + 0.319557, abs=2e-6)
+    # Nothing in common: no pairs, no p, no resolution (not a made-up zero).
+    empty = paired_comparison({("a", 0, 1): 1.0}, {("b", 0, 1): 1.0})
+    assert empty["pairs"] == 0 and empty["mcnemar_p"] is None and empty["resolvable"] is None
+    assert math.isnan(empty["difference"]["mean"])

@@ -6,13 +6,18 @@ episode's sampling seed when no lesson names a side. So the oracle arm must win 
 episode, the inverted arm none, the arms without information must match the no-lesson arm
 episode for episode (same coin), and the exemplar memory must win every revisit of a dungeon
 it won before.
+
+The summaries' independent truth is on disk: the committed benchmark results were summarised
+when they were written, and recomputing them from their episodes must give the same numbers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -20,12 +25,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from comprl_gym.env_factory import EnvSpec  # noqa: E402
 from comprl_gym.envs.memory import inverted_lesson, oracle_lesson, placebo_lesson, pool  # noqa: E402
-from comprl_gym.evaluation.streaming import Arm, run_streaming, streaming_summary  # noqa: E402
+from comprl_gym.evaluation.eval import summarize  # noqa: E402
+from comprl_gym.evaluation.stats import paired_comparison  # noqa: E402
+from comprl_gym.evaluation.streaming import (  # noqa: E402
+    Arm,
+    compare_runs,
+    run_streaming,
+    streaming_summary,
+)
 from comprl_gym.experience import ExperienceConfig, ExperienceManager  # noqa: E402
 from comprl_gym.experience.exemplar import exemplar_lesson  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 TASKS = list(range(8))
 HELD_OUT = list(pool("test"))[: len(TASKS)]  # reset seed t plays held-out dungeon t
 SPEC = EnvSpec.of("comprl/Memory-Fork-v0", {"split": "test"})
@@ -96,6 +107,7 @@ def _by(records, arm):
     return {(r["task_index"], r["visit"]): r for r in records if r["arm"] == arm}
 
 
+@pytest.mark.slow
 def test_every_arm_plays_each_episode_on_the_same_seeds(records):
     arms = {r["arm"] for r in records}
     none = _by(records, "none")
@@ -113,6 +125,7 @@ def test_every_arm_plays_each_episode_on_the_same_seeds(records):
     assert none[(0, 1)]["task_id"] == none[(0, 2)]["task_id"]
 
 
+@pytest.mark.slow
 def test_a_learning_arm_learns_between_visits_only(records):
     # Two visits: the store learns from visit 1's episodes, in task order, and not after
     # visit 2 (nothing would read it).
@@ -121,6 +134,7 @@ def test_a_learning_arm_learns_between_visits_only(records):
     assert visit_1 == LEARNT and len(LEARNT) == len(TASKS)
 
 
+@pytest.mark.slow
 def test_each_record_holds_the_lessons_its_episode_was_shown(records):
     for key, record in _by(records, "oracle").items():
         assert [e["content"] for e in record["experiences"]] == [
@@ -129,6 +143,7 @@ def test_each_record_holds_the_lessons_its_episode_was_shown(records):
     assert all(r["experiences"] == [] for r in records if r["arm"] == "none")
 
 
+@pytest.mark.slow
 def test_lessons_change_outcomes_as_their_information_says(records):
     summary = streaming_summary(records)
     assert summary["oracle"]["visits"]["all"]["success"]["mean"] == 1.0
@@ -155,6 +170,7 @@ def test_lessons_change_outcomes_as_their_information_says(records):
     assert oracle_minus_none["difference"]["mean"] == pytest.approx(1 - wins / len(none))
 
 
+@pytest.mark.slow
 def test_an_episodes_replies_come_from_its_own_seed_whatever_shares_its_batch():
     """Batched LLM play with per-episode sampling seeds: an episode replays exactly alone or
     beside others (the common random numbers the arms are compared on)."""
@@ -176,3 +192,58 @@ def test_an_episodes_replies_come_from_its_own_seed_whatever_shares_its_batch():
     alone = play([2], [103])
     assert together[2] == alone[0]
     assert len({str(tokens) for tokens in together}) > 1  # different seeds, different draws
+
+
+def _result(name):
+    return json.loads((RESULTS / name).read_text())
+
+
+def test_the_committed_streaming_summary_is_recomputed_from_its_episodes():
+    """256 held-out dungeons, 3 visits, 5 arms: every rate, interval, paired difference,
+    McNemar p and resolvable difference, against none and against the placebo."""
+    result = _result("experience_transfer_streaming_reader_coin_large.json")
+    episodes = result["episodes"]
+    assert json.loads(json.dumps(streaming_summary(episodes))) == result["summary"]
+    placebo = streaming_summary(episodes, reference="placebo")
+    minus_placebo = {
+        a: row["minus_placebo"] for a, row in placebo.items() if "minus_placebo" in row
+    }
+    assert json.loads(json.dumps(minus_placebo)) == result["minus_placebo"]
+
+
+def test_the_committed_comparison_of_two_runs_is_recomputed_from_their_episodes():
+    this = _result("extractor_memory_stem_complementary.json")
+    that = _result("extractor_memory_stem_static.json")
+    assert this["paired_with"]["file"] == "extractor_memory_stem_static.json"
+    recomputed = compare_runs(this["episodes"], that["episodes"], "own")
+    assert json.loads(json.dumps(recomputed)) == this["paired_with"]["this_minus_that"]
+    with pytest.raises(ValueError, match="do not share their seeds"):
+        shifted = [dict(e, sampling_seed=e["sampling_seed"] + 1) for e in that["episodes"]]
+        compare_runs(this["episodes"], shifted, "own")
+
+
+def test_eval_pairs_with_and_without_experience_by_the_same_function():
+    """A paired eval of two env ids: 3 tasks x 2 seeds each, worked by hand."""
+    won = {  # (env, task, seed): (with, without)
+        ("a", 0, 0): (1, 0), ("a", 1, 0): (1, 1), ("a", 2, 0): (1, 0),
+        ("a", 0, 1): (0, 0), ("a", 1, 1): (1, 0), ("a", 2, 1): (0, 1),
+        ("b", 0, 0): (0, 0), ("b", 1, 0): (1, 1), ("b", 2, 0): (0, 0),
+    }  # fmt: skip
+    records = [
+        {"key": f"{env}|task={task}|seed={seed}|exp={condition}", "env_id": env, "won": outcome,
+         "task_index": task, "agent_seed": seed, "condition": condition}
+        for (env, task, seed), pair in won.items()
+        for condition, outcome in zip(("with", "without"), pair)
+    ]  # fmt: skip
+    paired = summarize(records, paired=True)["paired"]
+    a, overall = paired["per_env"]["a"], paired["overall"]
+    # env a: 4 of 6 with, 2 of 6 without; 3 pairs favour with, 1 without: McNemar p = 2 * 5/16.
+    assert (a["pairs"], a["success_with"], a["success_without"]) == (6, 4 / 6, 2 / 6)
+    assert a["difference"]["mean"] == pytest.approx(2 / 6)
+    assert a["mcnemar_p"] == pytest.approx(0.625)
+    # Overall pairs episodes of both env ids; its numbers are the one paired function's.
+    first = {k: v[0] for k, v in won.items()}
+    second = {k: v[1] for k, v in won.items()}
+    expected = paired_comparison(first, second)
+    assert overall["pairs"] == 9 and overall["difference"] == expected["difference"]
+    assert overall["mcnemar_p"] == expected["mcnemar_p"] == pytest.approx(0.625)

@@ -53,7 +53,8 @@ from comprl_gym.evaluation.stats import (
     Interval,
     episodes_needed,
     mean_ci,
-    paired_difference_interval,
+    paired_comparison,
+    paired_outcomes,
     pairs_needed,
     proportion_ci,
     resolution_warning,
@@ -349,10 +350,11 @@ def arm_table(records: list[dict[str, Any]], summary: dict[str, Any]) -> dict[st
 
 def run_eval(config: EvalConfig) -> dict[str, Any]:
     """Run (or resume) an evaluation; returns the summary (also written to ``out_dir``)."""
-    if config.suite:  # one run per pinned task, merged (evaluation/suites.py)
-        from comprl_gym.evaluation.suites import run_suite
-
-        return run_suite(config)
+    if config.suite:  # suites.py runs this function once per pinned task
+        raise ConfigurationError(
+            f"a suite ({config.suite}) is played by comprl_gym.evaluation.suites.run_suite "
+            "(comprl-gym eval --suite), which runs one evaluation per pinned task"
+        )
     started = time.time()
     out = Path(config.out_dir)
     env_ids = expand_env_ids(config.env_ids)
@@ -576,37 +578,33 @@ def _warnings(summary: dict[str, Any]) -> list[str]:
 
 
 def _paired(records: list[dict[str, Any]]) -> dict[str, Any]:
-    pairs: dict[str, dict[tuple[int, int], dict[str, float]]] = defaultdict(
-        lambda: defaultdict(dict)
-    )
+    """With minus without experience, per env id and overall, paired by (env id, task, seed):
+    :func:`~comprl_gym.evaluation.stats.paired_comparison` plus each side's success and the
+    pairs that would resolve a difference of 0.1."""
+    outcomes: dict[str, dict[tuple[str, int, int], float]] = {
+        WITH_EXPERIENCE: {},
+        WITHOUT_EXPERIENCE: {},
+    }
     for r in records:
-        if r.get("condition") in (WITH_EXPERIENCE, WITHOUT_EXPERIENCE):
-            pairs[r["env_id"]][(r["task_index"], r["agent_seed"])][r["condition"]] = float(
-                bool(r["won"])
-            )
-    out: dict[str, Any] = {"per_env": {}, "overall": None}
-    all_with, all_without = [], []
-    for env_id in sorted(pairs):
-        complete = [v for _, v in sorted(pairs[env_id].items()) if len(v) == 2]
-        w = [v[WITH_EXPERIENCE] for v in complete]
-        wo = [v[WITHOUT_EXPERIENCE] for v in complete]
-        all_with += w
-        all_without += wo
-        out["per_env"][env_id] = {
-            "pairs": len(complete),
+        if r.get("condition") in outcomes:
+            key = (r["env_id"], r["task_index"], r["agent_seed"])
+            outcomes[r["condition"]][key] = float(bool(r["won"]))
+
+    def compared(env_id: str | None) -> dict[str, Any]:
+        with_, without = (
+            {k: v for k, v in outcomes[c].items() if env_id is None or k[0] == env_id}
+            for c in (WITH_EXPERIENCE, WITHOUT_EXPERIENCE)
+        )
+        w, wo = paired_outcomes(with_, without)
+        return {
+            **paired_comparison(with_, without),
             "success_with": _mean(w),
             "success_without": _mean(wo),
-            "difference": paired_difference_interval(w, wo).to_dict(),
-            "pairs_needed": pairs_needed(w, wo) if complete else None,
+            "pairs_needed": pairs_needed(w, wo) if w else None,
         }
-    out["overall"] = {
-        "pairs": len(all_with),
-        "success_with": _mean(all_with),
-        "success_without": _mean(all_without),
-        "difference": paired_difference_interval(all_with, all_without).to_dict(),
-        "pairs_needed": pairs_needed(all_with, all_without) if all_with else None,
-    }
-    return out
+
+    env_ids = sorted({key[0] for table in outcomes.values() for key in table})
+    return {"per_env": {env_id: compared(env_id) for env_id in env_ids}, "overall": compared(None)}
 
 
 def _fmt_ci(ci: dict[str, float]) -> str:

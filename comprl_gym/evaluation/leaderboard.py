@@ -1,13 +1,15 @@
 """``comprl-gym leaderboard``: eval result folders into one table across env families.
 
 Each folder written by ``comprl-gym eval`` becomes one row (its agent, and its experience
-condition when the run was paired); columns are the env families' success rates with 95%
+condition when the run was paired); a folder written by ``comprl-gym stream`` becomes one row
+per arm, and its arms' success at each visit goes to a per-visit table (``visits``); columns are the env families' success rates with 95%
 Wilson score intervals, the overall success, mean steps and tokens. Runs with several agent
 seeds also get per-seed rates, their spread and the pooled interval; ``warnings`` name the runs
 whose overall interval is too wide to exclude a difference of 0.1, with the episodes that would.
 Outputs:
 
-* ``leaderboard.md`` — the table, a per-env-id table, the seeds table and the warnings;
+* ``leaderboard.md`` — the table, a per-env-id table, the per-visit table of streaming runs,
+  the seeds table and the warnings;
 * ``leaderboard.json`` — rows, per-env details and run metadata;
 * ``leaderboard.html`` — one self-contained page (no network): a sortable table and a
   per-episode trajectory viewer showing observations, replies, actions, rewards and the
@@ -51,6 +53,7 @@ from comprl_gym.evaluation.stats import (
     resolution_warning,
     seed_summary,
 )
+from comprl_gym.evaluation.streaming import streaming_summary
 from comprl_gym.families import family_spec, family_specs
 from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
 
@@ -78,8 +81,8 @@ def _run_provenance(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
 def build_leaderboard(
     folders: list[str | os.PathLike[str]], suite: str | None = None
 ) -> dict[str, Any]:
-    """Read result folders; returns ``{"rows", "per_env", "episodes", "families", "labels",
-    "groups", "refused", "notices"}``.
+    """Read result folders; returns ``{"rows", "per_env", "visits", "episodes", "families",
+    "labels", "groups", "refused", "notices"}``.
 
     Rows are grouped by suite version and content hash (:mod:`comprl_gym.evaluation.suites`)
     and ranked only within their group; ``suite="NAME@VERSION"`` keeps the runs of that
@@ -91,6 +94,7 @@ def build_leaderboard(
     rows: list[dict[str, Any]] = []
     warnings: list[str] = []
     per_env: list[dict[str, Any]] = []
+    visits: list[dict[str, Any]] = []
     episodes: dict[str, list[dict[str, Any]]] = {}
     for folder in folders:
         folder = Path(folder)
@@ -122,9 +126,12 @@ def build_leaderboard(
         by_condition: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for key in sorted(latest):
             by_condition[latest[key].get("condition", PLAIN)].append(latest[key])
+        streamed = all("arm" in r and "visit" in r for r in latest.values())
+        if streamed:
+            visits += _visit_rows(folder.name, list(latest.values()))
         for condition, recs in sorted(by_condition.items()):
             agent = recs[0].get("agent", config.get("identity", {}).get("agent", "?"))
-            run_id = f"{folder.name}" + ("" if condition == PLAIN else f" ({condition} experience)")
+            run_id = _run_id(folder.name, condition, streamed)
             success = proportion_ci([float(bool(r["won"])) for r in recs])
             by_seed: dict[int, list[float]] = defaultdict(list)
             for r in recs:
@@ -186,6 +193,7 @@ def build_leaderboard(
     return {
         "rows": rows,
         "per_env": per_env,
+        "visits": visits,
         "episodes": episodes,
         "families": families,
         "labels": labels,
@@ -194,6 +202,33 @@ def build_leaderboard(
         "refused": refused,
         "notices": notices,
     }
+
+
+def _run_id(folder: str, condition: str, streamed: bool) -> str:
+    """A row's name: the folder, with its arm (a stream) or its experience condition."""
+    if streamed:
+        return f"{folder} [{condition}]"
+    return folder if condition == PLAIN else f"{folder} ({condition} experience)"
+
+
+def _visit_rows(folder: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A stream's arms, one row each: success at each visit and over all visits, and the
+    arm minus ``none`` over all visits (:func:`~comprl_gym.evaluation.streaming.
+    streaming_summary`)."""
+    rows = []
+    for arm, row in streaming_summary(records).items():
+        cells = row["visits"]
+        rows.append(
+            {
+                "run": _run_id(folder, arm, streamed=True),
+                "folder": folder,
+                "arm": arm,
+                "visits": {v: c["success"] for v, c in cells.items() if v != "all"},
+                "all": cells["all"]["success"],
+                "minus_none": row.get("minus_none", {}).get("all"),
+            }
+        )
+    return rows
 
 
 NO_SUITE = "no suite"
@@ -348,9 +383,35 @@ def leaderboard_markdown(board: dict[str, Any], title: str = "comprl-gym leaderb
         lines.append(
             f"| {e['run']} | {e['env_id']} | {e['episodes']} | {_ci(e['success'])} | {e['steps_mean']:.1f} |"
         )
+    lines += _visits_markdown(board.get("visits", []))
     lines += _seeds_markdown([(r["run"], r) for r in board["rows"]])
     lines += _warnings_markdown(board.get("warnings", []))
     return "\n".join(lines) + "\n"
+
+
+def _visits_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The streaming runs' success by visit, one row per arm."""
+    if not rows:
+        return []
+    visits = sorted({v for r in rows for v in r["visits"]}, key=int)
+    lines = [
+        "\n## Streaming runs: success by visit\n",
+        "| run | "
+        + " | ".join(f"visit {v}" for v in visits)
+        + " | all visits | minus none (paired) | McNemar p |",
+        "| --- | " + " | ".join("---" for _ in visits) + " | --- | --- | --- |",
+    ]
+    for r in rows:
+        paired = r["minus_none"] or {}
+        difference = paired.get("difference")
+        lines.append(
+            f"| {r['run']} | "
+            + " | ".join(_ci(r["visits"].get(v)) for v in visits)
+            + f" | {_ci(r['all'])} | {_ci(difference) if paired.get('pairs') else ''} | "
+            + (f"{paired['mcnemar_p']:.3g}" if paired.get("pairs") else "")
+            + " |"
+        )
+    return lines
 
 
 _HTML = """<!DOCTYPE html>
@@ -369,6 +430,7 @@ tr.sel{background:#eef5ff}.won{color:#070}.lost{color:#a00}pre{white-space:pre-w
 <ul id="notices" class="warn"></ul>
 <table id="board"><thead><tr id="head"></tr></thead><tbody></tbody></table>
 <ul id="warnings" class="warn"></ul>
+<div id="visits"></div>
 <h2 id="eptitle">Episodes</h2><ul id="episodes"></ul><div id="viewer"></div>
 <script id="data" type="application/json">__DATA__</script>
 <script>
@@ -429,6 +491,17 @@ if (fromHash) filter.value = fromHash;
 filter.onchange = render;
 render();
 [...(DATA.notices || []), ...(DATA.refused || [])].forEach(n => document.getElementById("notices").appendChild(el("li", n)));
+// Streaming runs: each arm's success at each visit.
+const visitRows = DATA.visits || [];
+if (visitRows.length) {
+  const box = document.getElementById("visits"), vs = [...new Set(visitRows.flatMap(r => Object.keys(r.visits)))].sort((a, b) => a - b);
+  box.appendChild(el("h2", "Streaming runs: success by visit"));
+  const table = el("table"), head = el("tr");
+  ["run", ...vs.map(v => "visit " + v), "all visits"].forEach(h => head.appendChild(el("th", h)));
+  table.appendChild(head);
+  visitRows.forEach(r => { const tr = el("tr"); tr.appendChild(el("td", r.run)); vs.forEach(v => tr.appendChild(el("td", ci(r.visits[v])))); tr.appendChild(el("td", ci(r.all))); table.appendChild(tr); });
+  box.appendChild(table);
+}
 (DATA.warnings || []).forEach(w => document.getElementById("warnings").appendChild(el("li", "\\u26A0 " + w)));
 if (DATA.rows.length) showRun(DATA.rows[0].run);
 // A link such as leaderboard.html#ep=KEY opens that episode.

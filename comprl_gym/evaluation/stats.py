@@ -16,6 +16,8 @@
 * Paired with/without outcomes: :func:`paired_difference_interval`, **Newcombe (1998) method 10**
   (score-based, from the two marginal Wilson intervals and a corrected phi coefficient). It does
   not collapse when every pair agrees.
+  :func:`paired_comparison` is the one report of a paired difference (interval, McNemar's
+  exact p, resolvable difference) over two outcome tables keyed by episode.
 * Several agent seeds: :func:`seed_summary`, per-seed rates, their spread and the pooled interval.
 * How many episodes would resolve a difference of ``RESOLVABLE_DIFFERENCE`` (0.1):
   :func:`episodes_needed` and :func:`pairs_needed`.
@@ -387,6 +389,47 @@ def mcnemar_exact_p(first: Sequence[float], second: Sequence[float]) -> float:
     if discordant == 0:
         return 1.0
     return min(1.0, 2.0 * _binomial_cdf(min(only_first, only_second), discordant, 0.5))
+
+
+def paired_outcomes(
+    first: Mapping[Any, float], second: Mapping[Any, float]
+) -> tuple[list[float], list[float]]:
+    """The 0/1 outcomes of the keys both tables hold, as two aligned lists (in ``first``'s
+    key order). A key names one episode and its partner: ``(task, visit)`` of two arms of a
+    stream, ``(env_id, task, seed)`` of a paired eval, ``((run, task), visit)`` when runs of
+    several seeds are pooled.
+
+    Example:
+        >>> paired_outcomes({"a": 1, "b": 0, "c": 1}, {"c": 0, "a": 1})
+        ([1.0, 1.0], [1.0, 0.0])
+    """
+    shared = [key for key in first if key in second]
+    return [float(first[k]) for k in shared], [float(second[k]) for k in shared]
+
+
+def paired_comparison(
+    first: Mapping[Any, float], second: Mapping[Any, float], level: float = 0.95
+) -> dict[str, Any]:
+    """THE paired difference of this package: ``first`` minus ``second`` over the episodes both
+    hold (:func:`paired_outcomes`), with Newcombe's interval, McNemar's exact p and the
+    difference these many pairs can resolve (the interval's half-width). Streaming arms, a
+    paired eval and runs pooled over seeds all report it.
+
+    Example (4 pairs: both won, only the first twice, neither; b = 2, c = 0):
+        >>> out = paired_comparison({0: 1, 1: 1, 2: 1, 3: 0}, {0: 1, 1: 0, 2: 0, 3: 0})
+        >>> out["pairs"], out["difference"]["mean"], out["mcnemar_p"]
+        (4, 0.5, 0.5)
+        >>> paired_comparison({0: 1}, {1: 0})["mcnemar_p"] is None  # nothing to pair
+        True
+    """
+    a, b = paired_outcomes(first, second)
+    interval = paired_difference_interval(a, b, level)
+    return {
+        "pairs": len(a),
+        "difference": interval.to_dict(),
+        "mcnemar_p": mcnemar_exact_p(a, b) if a else None,
+        "resolvable": interval.half_width if a else None,
+    }
 
 
 # --------------------------------------------------------------------------------------------

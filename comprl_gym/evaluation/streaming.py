@@ -37,7 +37,7 @@ from typing import Any
 
 from comprl_gym.env_factory import EnvSpec, ExperienceSpec, make_env
 from comprl_gym.evaluation.eval import EpisodeKey, episode_record
-from comprl_gym.evaluation.stats import mcnemar_exact_p, paired_difference_interval, proportion_ci
+from comprl_gym.evaluation.stats import paired_comparison, proportion_ci
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker, Trajectory, run_episode
 
 logger = logging.getLogger(__name__)
@@ -82,9 +82,11 @@ def run_streaming(
     agent_label: str = "",
     progress: bool = True,
     parallel: int = 32,
+    on_visit: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Play every arm's visits; one record per episode (:func:`~comprl_gym.evaluation.eval.
-    episode_record`'s, plus ``arm``, ``visit``, ``reset_seed``, ``sampling_seed``).
+    episode_record`'s, its ``condition`` the arm and its ``agent_seed`` ``seed``, plus
+    ``arm``, ``visit``, ``reset_seed``, ``sampling_seed``).
 
     ``agent`` is a batched LLM agent (an :class:`~comprl_gym.agents.llm_agent.LLMAgent`:
     a visit's episodes are played ``parallel`` at once, each drawing from its own sampling
@@ -92,7 +94,8 @@ def run_streaming(
     (played one at a time). ``tasks`` are reset seeds of ``spec``'s env (its held-out split).
     The arms' envs read their store with ``inject_top_k`` lessons and never report outcomes;
     an arm's ``learn`` sees a visit's episodes after the visit, in task order (not after the
-    last visit, which nothing reads).
+    last visit, which nothing reads). ``on_visit`` gets each arm's visit's records as soon as
+    they are played (a caller saves them, so an interrupted stream keeps what it played).
     """
     from tqdm import tqdm
 
@@ -128,14 +131,19 @@ def run_streaming(
                             agent_label,
                             arm.manager,
                         )
+                        # The key names the episode by its sampling seed (one per visit);
+                        # the agent's seed is the stream's, as an eval's summary counts seeds.
                         record.update(
                             arm=arm.name,
                             visit=visit,
                             reset_seed=reset_seed,
                             sampling_seed=sampling_seed,
+                            agent_seed=seed,
                         )
                         record.setdefault("experiences", [])
                         records.append(record)
+                    if on_visit is not None:
+                        on_visit(records[-len(tasks) :])
                     # The store learns between visits; after the last, nothing reads it (the
                     # own arm's extractor would distil a whole visit for nobody).
                     if arm.learn is not None and visit < visits:
@@ -207,7 +215,7 @@ def streaming_summary(records: list[dict[str, Any]], reference: str = "none") ->
             row["visits"][label] = {"success": proportion_ci(won).to_dict(), "episodes": len(won)}
         if arm != reference and reference in arms:
             row[f"minus_{reference}"] = {
-                ("all" if visit is None else str(visit)): _paired(
+                ("all" if visit is None else str(visit)): paired_comparison(
                     _outcomes(records, arm, visit), _outcomes(records, reference, visit)
                 )
                 for visit in [*visits, None]
@@ -216,7 +224,7 @@ def streaming_summary(records: list[dict[str, Any]], reference: str = "none") ->
             # Test-time learning: each later visit against the first, task by task.
             first = _by_task(_outcomes(records, arm, 1))
             row["minus_visit_1"] = {
-                str(visit): _paired(_by_task(_outcomes(records, arm, visit)), first)
+                str(visit): paired_comparison(_by_task(_outcomes(records, arm, visit)), first)
                 for visit in visits
                 if visit != 1
             }
@@ -256,7 +264,7 @@ def compare_runs(
         )
     visits = sorted({visit for _, visit in shared})
     return {
-        ("all" if visit is None else str(visit)): _paired(
+        ("all" if visit is None else str(visit)): paired_comparison(
             _outcomes(records, arm, visit), _outcomes(other, arm, visit)
         )
         for visit in [*visits, None]
@@ -268,17 +276,111 @@ def _by_task(outcomes: dict[tuple, float]) -> dict[int, float]:
     return {task: won for (task, _), won in outcomes.items()}
 
 
-def _paired(mine: dict, theirs: dict) -> dict:
-    """The paired difference of two outcome tables over their common keys."""
-    keys = sorted(set(mine) & set(theirs))
-    a, b = [mine[k] for k in keys], [theirs[k] for k in keys]
-    interval = paired_difference_interval(a, b).to_dict()
-    return {
-        "pairs": len(keys),
-        "difference": interval,
-        "mcnemar_p": mcnemar_exact_p(a, b) if keys else None,
-        # The difference this many pairs can resolve: the interval's half-width around it.
-        "resolvable": max(interval["mean"] - interval["low"], interval["high"] - interval["mean"])
-        if keys
-        else None,
-    }
+#: What a family's lesson judge can say of a store's lesson, and ``no_task``: it names none
+#: of the family's tasks (:class:`~comprl_gym.families.LessonVerdict`).
+VERDICTS = ("right", "wrong", "both", "neither", "no_task")
+
+
+def store_verdicts(judge: Callable[[str], Any], texts: Sequence[str]) -> dict[str, int]:
+    """How many of a store's lessons state their task's fact rightly, wrongly, both ways or
+    not at all, by the family's ``judge`` (:meth:`~comprl_gym.families.FamilySpec.judge`):
+    whether a memory writes the one fact a later visit needs, whatever the actor then does.
+
+    Example (a judge that knows one task, 7, whose answer is west):
+        >>> from comprl_gym.families import LessonVerdict
+        >>> def judge(text):
+        ...     if "Vault" not in text:
+        ...         return LessonVerdict(None, "neither")
+        ...     return LessonVerdict(7, "right" if "west" in text else "wrong")
+        >>> store_verdicts(judge, ["Vault: go west", "Vault: go east", "a cave"])
+        {'right': 1, 'wrong': 1, 'both': 0, 'neither': 0, 'no_task': 1}
+    """
+    counts = dict.fromkeys(VERDICTS, 0)
+    for text in texts:
+        verdict = judge(text)
+        label = "no_task" if verdict.task_id is None else verdict.verdict
+        if label not in counts:
+            raise ValueError(f"a lesson judge answered {label!r}; verdicts are {VERDICTS}")
+        counts[label] += 1
+    return counts
+
+
+def _cell(ci: dict[str, Any]) -> str:
+    if not ci.get("n") or ci["mean"] != ci["mean"]:  # no episodes, or NaN
+        return "n/a"
+    return f"{ci['mean']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
+
+
+def streaming_markdown(summary: dict[str, Any], reference: str = "none") -> str:
+    """:func:`streaming_summary` as a Markdown table: per arm the success at each visit and
+    over all (Wilson intervals), and over all visits its difference from ``reference``
+    (Newcombe's interval, McNemar's exact p).
+
+    Example:
+        >>> records = [{"arm": arm, "visit": v, "task_index": t, "won": arm == "oracle"}
+        ...            for arm in ("none", "oracle") for v in (1, 2) for t in range(4)]
+        >>> print(streaming_markdown(streaming_summary(records)))
+        | arm | visit 1 | visit 2 | all visits | minus none (all visits) | McNemar p |
+        | --- | --- | --- | --- | --- | --- |
+        | none | 0.00 [0.00, 0.49] | 0.00 [0.00, 0.49] | 0.00 [0.00, 0.32] |  |  |
+        | oracle | 1.00 [0.51, 1.00] | 1.00 [0.51, 1.00] | 1.00 [0.68, 1.00] | +1.00 [+0.54, +1.00] | 0.00781 |
+    """
+    visits = sorted({v for row in summary.values() for v in row["visits"] if v != "all"}, key=int)
+    lines = [
+        "| arm | "
+        + " | ".join(f"visit {v}" for v in visits)
+        + f" | all visits | minus {reference} (all visits) | McNemar p |",
+        "| --- | " + " | ".join("---" for _ in visits) + " | --- | --- | --- |",
+    ]
+    for arm, row in summary.items():
+        cells = [_cell(row["visits"][v]["success"]) if v in row["visits"] else "" for v in visits]
+        paired = row.get(f"minus_{reference}", {}).get("all")
+        difference = p = ""
+        if paired and paired["pairs"]:
+            d = paired["difference"]
+            difference = f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
+            p = f"{paired['mcnemar_p']:.3g}"
+        lines.append(
+            f"| {arm} | "
+            + " | ".join(cells)
+            + f" | {_cell(row['visits']['all']['success'])} | {difference} | {p} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_streaming(summary: dict[str, Any], path: Any, title: str = "success by visit") -> None:
+    """Success by visit, one line per arm, with Wilson intervals (a PNG at ``path``)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from comprl_gym.utils import atomic_write_bytes
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    visits = sorted({int(v) for row in summary.values() for v in row["visits"] if v != "all"})
+    for i, (arm, row) in enumerate(summary.items()):
+        cells = [row["visits"][str(v)]["success"] for v in visits]
+        # Arms side by side at each visit, so their intervals do not hide each other.
+        shifted = [v + (i - len(summary) / 2) * 0.03 for v in visits]
+        ax.errorbar(
+            shifted,
+            [c["mean"] for c in cells],
+            yerr=[[c["mean"] - c["low"] for c in cells], [c["high"] - c["mean"] for c in cells]],
+            marker="o",
+            capsize=3,
+            label=arm,
+        )
+    ax.set_xticks(visits)
+    ax.set_xlabel("visit to the held-out task")
+    ax.set_ylabel("success (95% Wilson interval)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title)
+    ax.legend(ncol=3, fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
