@@ -16,13 +16,16 @@ reproduces the paper's comparison at the scale a config sets: the untrained acto
 static experience (frozen extractor), experience-only (frozen actor) and Complementary RL, each
 trained from the same YAML with the same budget and seeds, then evaluated at the config's
 ``eval_temperature`` (both shipped configs sample at T=1) on the same evaluation tasks (reset
-seeds after the training pool's) without and (where a store exists) with experience. Success is pooled over seeds
-with a Wilson 95% interval, with per-seed rates and their spread beside it. A GPU run is the
-same command with a config whose models and budget fit the device.
+seeds after the training pool's) without (arm ``none``) and, where a store exists, with
+experience (arm ``own``). The table is the library's (``comprl-gym table``,
+:mod:`comprl_gym.evaluation.table`): each arm's success pooled over seeds with a Wilson 95%
+interval and per-seed rates, each method minus GRPO and minus the untrained actor paired per
+(seed, task) with Newcombe's interval and McNemar's p. A GPU run is the same command with a
+config whose models and budget fit the device.
 
 Results go to ``benchmarks/results/trainers_throughput*.json``, ``trainers_learning.json``
 (written by ``learning``; none is committed: no run of it on the current code exists),
-``paper_table.json`` and ``.png``.
+``paper_table.json``, ``.md`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -310,92 +313,61 @@ def paper_table(args: argparse.Namespace) -> dict:
     return _write_paper_table(args, runs)  # every run, those read back last included
 
 
-def _write_paper_table(args: argparse.Namespace, runs: dict[str, dict[int, dict]]) -> dict:
-    """The table of the runs finished so far (pooled Wilson, per-seed rates), JSON and PNG."""
-    from comprl_gym.evaluation.stats import seed_summary
+#: The trainer's evaluation modes as the library table's arms: no lessons, the run's own store.
+EVAL_ARMS = {"without_experience": "none", "with_experience": "own"}
 
-    outcomes: dict[str, dict[str, dict[str, dict[int, list[float]]]]] = {}
+
+def paper_table_runs(runs: dict[str, dict[int, dict]]) -> dict[str, list]:
+    """Each method's finished runs as :mod:`comprl_gym.evaluation.table` reads them: the
+    trainer's final evaluation, one visit, its without-experience episodes the ``none`` arm
+    and its with-experience ones the ``own`` arm. A task is (env id, evaluation task); every
+    method of a seed plays the same tasks with the same sampling seed (the trainer's common
+    random numbers), so methods pair per (seed, task)."""
+    from comprl_gym.evaluation.table import Run
+
+    methods: dict[str, list] = {}
     for method, by_seed in runs.items():
-        for seed, summary in by_seed.items():
-            for env_id, row in summary["evaluation"].items():
-                # In one order, whichever way the summary was read (summary.json sorts keys).
-                for mode in (m for m in ("without_experience", "with_experience") if m in row):
-                    outcome = [float(w) for w in row[mode]["won"]]
-                    per_env = outcomes.setdefault(method, {}).setdefault(env_id, {})
-                    per_env.setdefault(mode, {})[seed] = outcome
-    table = []
-    for method, per_env in outcomes.items():
-        for env_id, modes in per_env.items():
-            for mode, by_seed in modes.items():
-                summary = seed_summary(by_seed)
-                table.append(
-                    {
-                        "method": method,
-                        "env_id": env_id,
-                        "mode": mode,
-                        "paper": PAPER_TABLE.get((method, mode)),
-                        "train_time_s": [
-                            runs[method][s]["train_time_s"] for s in sorted(runs[method])
-                        ],
-                        **summary,
-                    }
-                )
-    result = {"args": vars(args), "table": table}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    _plot_paper_table(result, out.with_suffix(".png"))
-    print("\n| method | env | mode | success (pooled, 95% Wilson) | per seed | paper |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for row in table:
-        pooled = row["pooled"]
-        seeds = ", ".join(f"{v['mean']:.2f}" for v in row["per_seed"].values())
-        paper = "" if row["paper"] is None else f"{row['paper']:.2f}"
-        print(
-            f"| {row['method']} | {row['env_id'].split('/')[-1]} | {row['mode']} | "
-            f"{pooled['mean']:.2f} [{pooled['low']:.2f}, {pooled['high']:.2f}] | {seeds} | {paper} |",
-            flush=True,
-        )
+        for seed, summary in sorted(by_seed.items()):
+            episodes = [
+                {
+                    "arm": arm,
+                    "visit": 1,
+                    "task_index": (env_id, t),
+                    "won": won,
+                    "reset_seed": (env_id, t),
+                    "sampling_seed": seed,
+                }
+                for env_id, row in sorted(summary["evaluation"].items())
+                for mode, arm in EVAL_ARMS.items()
+                if mode in row
+                for t, won in enumerate(row[mode]["won"])
+            ]
+            methods.setdefault(method, []).append(
+                Run(seed, method, "", episodes, source=f"{method}-seed{seed}")
+            )
+    return methods
+
+
+def _write_paper_table(args: argparse.Namespace, runs: dict[str, dict[int, dict]]) -> dict:
+    """The table of the runs finished so far, written by the library's ``comprl-gym table``
+    logic (each method's arms pooled over seeds with Wilson intervals, per-seed rates, each
+    method minus GRPO and minus the untrained actor, paired): JSON, Markdown and PNG, with the
+    paper's numbers beside it."""
+    from comprl_gym.evaluation.table import markdown, write_table
+
+    methods = paper_table_runs(runs)
+    against = [m for m in ("grpo", "untrained") if m in methods]
+    extra = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "paper": {f"{method} {mode}": v for (method, mode), v in PAPER_TABLE.items()},
+        "train_time_s": {
+            method: [runs[method][s]["train_time_s"] for s in sorted(runs[method])]
+            for method in runs
+        },
+    }
+    result = write_table(Path(args.out).with_suffix(""), methods, against, extra)
+    print(markdown(result), flush=True)
     return result
-
-
-def _plot_paper_table(result: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = result["table"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4))
-    for i, row in enumerate(rows):
-        pooled = row["pooled"]
-        color = "tab:blue" if row["mode"] == "with_experience" else "tab:gray"
-        ax.bar(
-            i,
-            pooled["mean"],
-            color=color,
-            yerr=[[pooled["mean"] - pooled["low"]], [pooled["high"] - pooled["mean"]]],
-            capsize=3,
-        )
-        for rate in (v["mean"] for v in row["per_seed"].values()):
-            ax.plot(i, rate, "k.", alpha=0.6)
-        if row["paper"] is not None:
-            ax.plot(i, row["paper"], "r_", markersize=18)
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(
-        [
-            # "static_experience" -> "static\nexperience": long names overlap their neighbours
-            f"{r['method'].replace('_', chr(10))}\n"
-            f"{'with' if r['mode'] == 'with_experience' else 'w/o'} exp."
-            for r in rows
-        ],
-        fontsize=7,
-    )
-    ax.set_ylabel("held-out success (pooled, Wilson 95%)")
-    ax.set_ylim(0, 1)
-    ax.set_title("Paper table at this config's scale (dots: seeds; red: paper)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
 
 
 def _plot_learning(result: dict) -> None:

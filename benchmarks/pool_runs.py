@@ -4,7 +4,8 @@ episode by episode, as one paired comparison.
 Each pair is two result files of ``bench_experience_transfer.py`` streamed on the same tasks
 and seed (``--paired-with``); a seed's episodes are kept apart by keying them on (pair, task),
 so a (task, visit) is paired only with its partner run's. Intervals are Newcombe's, p-values
-McNemar's exact test (``comprl_gym.evaluation.streaming.compare_runs``).
+McNemar's exact test (``comprl_gym.evaluation.table.pooled``, which ``comprl-gym table``
+pairs each method's deployed arm with).
 
     python benchmarks/pool_runs.py --arm own \\
         --pair benchmarks/results/extractor_memory_stem_complementary.json \\
@@ -20,41 +21,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.evaluation.table import load_run, pooled
 from comprl_gym.utils import atomic_write_bytes
-
-
-def keyed(result: dict[str, Any], key: Any, arm: str | None = None) -> list[dict[str, Any]]:
-    """The run's episodes (of ``arm``, or all), each task index made ``(key, task)``, so that
-    several runs pool without one run's task overwriting another's of the same index.
-
-    Example:
-        >>> keyed({"episodes": [{"arm": "own", "task_index": 3}]}, 1)
-        [{'arm': 'own', 'task_index': (1, 3)}]
-    """
-    return [
-        dict(e, task_index=(key, e["task_index"]))
-        for e in result["episodes"]
-        if arm is None or e["arm"] == arm
-    ]
-
-
-def pooled(pairs: list[tuple[dict[str, Any], dict[str, Any]]], arm: str) -> dict[str, Any]:
-    """``arm`` of each pair's first run minus its second, pooled over the pairs, per visit.
-
-    Example (two pairs of one task each; visit 1 won 1-0 in the first pair, 0-0 in the second):
-        >>> def run(*won):
-        ...     return {"episodes": [{"arm": "own", "visit": 1, "task_index": 0, "won": w,
-        ...                           "reset_seed": 0, "sampling_seed": 0} for w in won]}
-        >>> out = pooled([(run(1), run(0)), (run(0), run(0))], "own")
-        >>> out["1"]["pairs"], out["1"]["difference"]["mean"]
-        (2, 0.5)
-    """
-    mine = [e for k, (this, _) in enumerate(pairs) for e in keyed(this, k, arm)]
-    theirs = [e for k, (_, that) in enumerate(pairs) for e in keyed(that, k, arm)]
-    return compare_runs(mine, theirs, arm)
 
 
 def main() -> int:
@@ -70,9 +39,7 @@ def main() -> int:
     parser.add_argument("--arm", default="own", help="the arm to compare (default own)")
     parser.add_argument("--out", default="", help="write the pooled comparison here (JSON)")
     args = parser.parse_args()
-    pairs = [
-        (json.loads(Path(a).read_text()), json.loads(Path(b).read_text())) for a, b in args.pair
-    ]
+    pairs = [(load_run(a), load_run(b)) for a, b in args.pair]
     result = {
         "arm": args.arm,
         "pairs": [[Path(a).name, Path(b).name] for a, b in args.pair],

@@ -1,5 +1,6 @@
 """``benchmarks/bench_trainers.py paper-table`` runs every method from one config and writes the
-table with pooled Wilson intervals and per-seed rates (tiny model, tiny budget)."""
+library's method table (``comprl-gym table``): pooled Wilson intervals, per-seed rates, each
+method paired against GRPO (tiny model, tiny budget)."""
 
 from __future__ import annotations
 
@@ -49,31 +50,33 @@ def test_paper_table_trains_every_method_alike_and_reports_intervals(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
     process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert process.returncode == 0, process.stderr[-3000:]
-    table = json.loads(out.read_text())["table"]
-    cells = {(row["method"], row["mode"]) for row in table}
-    # GRPO and the untrained actor have no store: they are evaluated without experience only.
-    assert cells == {
-        ("untrained", "without_experience"),
-        ("grpo", "without_experience"),
-        *(
-            (m, mode)
-            for m in ("static_experience", "experience_only", "complementary")
-            for mode in ("without_experience", "with_experience")
-        ),
-    }
-    for row in table:
+    result = json.loads(out.read_text())
+    rows = {row["method"]: row for row in result["rows"]}
+    # GRPO and the untrained actor have no store: they are evaluated without experience only,
+    # and that is the arm a user of them gets (deployed); the others' is their own store's.
+    assert set(rows) == {"untrained", "grpo", "static_experience", "experience_only",
+                         "complementary"}  # fmt: skip
+    for method, row in rows.items():
+        blind = method in ("untrained", "grpo")
+        assert row["deployed_arm"] == ("none" if blind else "own")
+        assert set(row["success"]) == ({"none"} if blind else {"none", "own"})
         assert set(row["per_seed"]) == {"0", "1"}
-        assert row["pooled"]["n"] == 4  # 2 held-out tasks x 2 seeds
-        assert row["pooled"]["method"] == "wilson"
-        assert 0.0 <= row["pooled"]["low"] <= row["pooled"]["mean"] <= row["pooled"]["high"] <= 1
+        cell = row["success"][row["deployed_arm"]]["1"]
+        assert cell["n"] == 4 and cell["method"] == "wilson"  # 2 held-out tasks x 2 seeds
+        assert 0.0 <= cell["low"] <= cell["mean"] <= cell["high"] <= 1
+        # Every method minus GRPO (and the untrained actor), paired per (seed, task).
+        for other in {"grpo", "untrained"} - {method}:
+            assert row["versus"][other]["this_minus_that"]["1"]["pairs"] == 4
+    assert result["paper"]["complementary with_experience"] == 0.82
     assert out.with_suffix(".png").stat().st_size > 0
+    assert "| complementary | 0,1 |" in out.with_suffix(".md").read_text()
     # --resume reads every finished run back instead of training it again: the same table.
     again = subprocess.run(
         [*command, "--resume"], capture_output=True, text=True, env=env, timeout=300
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count(": read ") == 10  # 5 methods x 2 seeds
-    assert json.loads(out.read_text())["table"] == table
+    assert json.loads(out.read_text())["rows"] == result["rows"]
 
 
 @pytest.mark.parametrize("name", ["paper-table-cpu.yaml", "paper-table-gpu.yaml"])
