@@ -215,7 +215,9 @@ def main() -> None:
     rss0 = rss_mib()
 
     # ---- build ---------------------------------------------------------------------------
-    config = ExperienceConfig(index_autosave_changes=0, sqlite_synchronous="NORMAL")
+    config = ExperienceConfig(  # unbounded: the benchmark measures a 100k store
+        index_autosave_changes=0, sqlite_synchronous="NORMAL", max_entries=0
+    )
     results["default_config"] = {
         name: getattr(config, name)
         for name in (

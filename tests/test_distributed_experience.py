@@ -154,7 +154,7 @@ def test_old_store_gains_the_requests_table_and_keeps_its_rows(tmp_path, embedde
     db.commit()
     db.close()
     manager = ExperienceManager(tmp_path / "bank", embedder=embedder)
-    assert manager.store.get_meta("schema_version") == "2"
+    assert manager.store.get_meta("schema_version") == "3"  # schema 3: revisions
     manager.report_outcome([eid], True, request_id="r")
     manager.report_outcome([eid], True, request_id="r")
     assert manager.get_one(eid).uses == 1 and manager.get_one(eid).title == "lesson 1"

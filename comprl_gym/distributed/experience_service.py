@@ -73,10 +73,16 @@ READ_METHODS = frozenset(
         "select_for_training",
         "stats",
         "check_consistency",
+        "check_revisions",
+        "revisions",
+        "revision",
     }
 )
-#: Upkeep that a retry may safely repeat (dedupe finds nothing left; save rewrites the same).
-UPKEEP_METHODS = frozenset({"dedupe", "save", "export"})
+#: Upkeep that a retry may safely repeat (dedupe finds nothing left; save rewrites the same;
+#: a second delete, expire, restore or cleanup finds nothing to change; fence only waits).
+UPKEEP_METHODS = frozenset(
+    {"dedupe", "save", "export", "delete", "expire", "restore", "cleanup", "fence"}
+)
 REMOTE_METHODS = WRITE_METHODS | READ_METHODS | UPKEEP_METHODS
 
 
@@ -92,7 +98,8 @@ class ExperienceService:
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if method not in REMOTE_METHODS:
             raise ConfigurationError(f"{method!r} is not a method of the experience service")
-        return getattr(self.manager, method)(*args, **kwargs)
+        attribute = getattr(self.manager, method)
+        return attribute(*args, **kwargs) if callable(attribute) else attribute  # or a property
 
     def merge_begin(
         self, session: str, actor_step: int, policy_version: str, only_if_due: bool
@@ -210,6 +217,13 @@ class ExperienceClient:
     select_for_training = _forward("select_for_training")
     stats = _forward("stats")
     check_consistency = _forward("check_consistency")
+    check_revisions = _forward("check_revisions")
+    revisions = _forward("revisions")
+    delete = _forward("delete")
+    expire = _forward("expire")
+    restore = _forward("restore")
+    cleanup = _forward("cleanup")
+    fence = _forward("fence")
     dedupe = _forward("dedupe")
     save = _forward("save")
     export = _forward("export")
@@ -221,6 +235,11 @@ class ExperienceClient:
 
     def __len__(self) -> int:
         return int(self._transport.call("__len__", (), {}))
+
+    @property
+    def revision(self) -> int:
+        """The shared store's latest committed revision."""
+        return int(self._transport.call("revision", (), {}))
 
     def search_and_ask(
         self,

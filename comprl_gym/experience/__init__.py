@@ -20,7 +20,7 @@ from comprl_gym.experience.embedding import (
     make_embedder,
 )
 from comprl_gym.experience.manager import ExperienceManager
-from comprl_gym.experience.merge import MergeReport
+from comprl_gym.experience.merge import CleanupReport, MergeReport
 from comprl_gym.experience.operations import (
     ApplyResult,
     ExperienceText,
@@ -36,6 +36,7 @@ from comprl_gym.experience.store import ExperienceStore
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "ApplyResult",
+    "CleanupReport",
     "Embedder",
     "EmbeddingCache",
     "Experience",

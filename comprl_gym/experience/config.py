@@ -7,6 +7,9 @@ from typing import Any
 
 from comprl_gym.core import ConfigurationError
 
+#: The orders in which a full store evicts (see ``ExperienceConfig.eviction_policy``).
+EVICTION_POLICIES = ("fifo", "usefulness", "age")
+
 
 @dataclass
 class ExperienceConfig:
@@ -58,6 +61,14 @@ class ExperienceConfig:
     #: Seed of the dropout random generator (None = non-deterministic).
     seed: int | None = 0
 
+    # ---- usefulness (score -= weight * (1 - posterior win rate)) ----------------------------
+    #: Weight of a lesson's track record in the diversified score: a candidate loses
+    #: ``usefulness_weight * (1 - (wins + a) / (uses + a + b))``, so one that misled the actor
+    #: sinks while an untried one keeps the prior mean. 0 = off (the reference has none).
+    usefulness_weight: float = 0.0
+    #: ``(a, b)`` of the Beta prior on a lesson's win rate (1, 1: uniform, prior mean 0.5).
+    usefulness_prior: tuple[float, float] = (1.0, 1.0)
+
     # ---- extractor training -----------------------------------------------------------------
     #: Sample weight of an experience for extractor training: ``(1 + training_count)**-power``;
     #: 0 disables the down-weighting (reference ``memory_repeat_weight_power`` 0.5).
@@ -81,6 +92,24 @@ class ExperienceConfig:
     #: :meth:`ExperienceManager.maybe_merge` merges every this many actor steps (0 = never;
     #: reference ``merging_interval: 5``).
     merge_interval_steps: int = 5
+
+    # ---- bounds and lifecycle ----------------------------------------------------------------
+    #: Most active lessons the store holds; a write that goes past it evicts, in its own
+    #: transaction, the lessons ``eviction_policy`` ranks first. 0 = unbounded. 20,000 as the
+    #: reference's bank (``max_memory_size``, first in first out): over the paper's budget
+    #: (100 iterations x 64 rollouts) the store otherwise only grows.
+    max_entries: int = 20000
+    #: Which lessons a full store evicts first: ``"fifo"`` (oldest written, the reference),
+    #: ``"usefulness"`` (lowest posterior win rate, ``usefulness_prior``; ties oldest first) or
+    #: ``"age"`` (longest unused: oldest of written and last retrieved).
+    eviction_policy: str = "fifo"
+    #: :meth:`ExperienceManager.cleanup` hides (status ``expired``: out of the index, row kept,
+    #: ``restore`` brings it back) active lessons neither written nor retrieved for this many
+    #: seconds. 0 = never (the reference has no expiry).
+    expire_after_s: float = 0.0
+    #: Rows the append-only revision log keeps (its oldest are trimmed beyond; the revision
+    #: numbers go on). 200,000 is ten changes per lesson of a full default store; 0 keeps all.
+    revision_log_max_rows: int = 200000
 
     # ---- index and persistence --------------------------------------------------------------
     #: HNSW graph degree (usearch ``connectivity``). 32 with ``hnsw_expansion_search`` 128, by
@@ -131,7 +160,15 @@ class ExperienceConfig:
     max_text_chars: int = 16384
 
     def __post_init__(self) -> None:
+        self.usefulness_prior = tuple(float(x) for x in self.usefulness_prior)  # type: ignore[assignment]
         checks = {
+            "usefulness_weight": self.usefulness_weight >= 0,
+            "usefulness_prior": len(self.usefulness_prior) == 2
+            and all(x > 0 for x in self.usefulness_prior),
+            "max_entries": self.max_entries >= 0,
+            "eviction_policy": self.eviction_policy in EVICTION_POLICIES,
+            "expire_after_s": self.expire_after_s >= 0,
+            "revision_log_max_rows": self.revision_log_max_rows >= 0,
             "top_k": self.top_k >= 1,
             "query_batch_size": self.query_batch_size >= 1,
             "query_batch_timeout_s": self.query_batch_timeout_s >= 0,

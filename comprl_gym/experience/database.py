@@ -39,12 +39,20 @@ import numpy as np
 from comprl_gym.core import ConfigurationError, DataError
 from comprl_gym.experience.embedding import clean_text
 from comprl_gym.experience.operations import ExperienceText
-from comprl_gym.experience.records import ACTIVE, NO_PROVENANCE, STATUSES, Experience, Provenance
+from comprl_gym.experience.records import (
+    ACTIVE,
+    EXPIRED,
+    NO_PROVENANCE,
+    STATUSES,
+    Experience,
+    Provenance,
+)
 
 logger = logging.getLogger(__name__)
 
-#: 2 added the ``requests`` table (idempotent writes); a version-1 store gains it on open.
-SCHEMA_VERSION = 2
+#: 2 added the ``requests`` table (idempotent writes); 3 the ``revisions`` log (an older store
+#: gains the tables on open, and one ``add`` revision per row it holds).
+SCHEMA_VERSION = 3
 DB_NAME = "experiences.sqlite3"
 
 _COLUMNS = (
@@ -80,18 +88,51 @@ CREATE TABLE IF NOT EXISTS experiences (
     vector BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS experiences_status_family ON experiences(status, env_family);
+-- covers the usefulness and age eviction orders (10x faster at 10k active than reading rows)
+CREATE INDEX IF NOT EXISTS experiences_lifecycle
+    ON experiences(status, uses, wins, created_at, last_retrieved_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (
     id TEXT PRIMARY KEY,
     result TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS revisions (
+    rev INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    experience_id INTEGER NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS revisions_experience ON revisions(experience_id);
 """
+#: Revision kinds that bring a lesson into the store (a new row) or back into the index.
+CREATING_KINDS = ("add", "update", "merge", "import", "migrated")
+#: Revision kinds that take an active lesson out of the index but keep its row.
+RETIRING_KINDS = ("retire", "replaced", "absorbed", "expire")
+#: Revision kinds that remove a lesson's row (``evict`` and ``delete`` keep a snapshot of it;
+#: ``lost``: unreadable when a damaged database was salvaged).
+REMOVING_KINDS = ("evict", "delete", "lost")
+#: Revision kinds of tallies (outcomes and votes: what usefulness reads).
+TALLY_KINDS = ("outcome", "vote")
 #: How long a write's request id is remembered: a retry (Ray re-sending a task whose actor
 #: died after committing) comes within seconds; a day is ample and keeps the table small.
 REQUEST_ID_TTL_S = 86400.0
 #: The tallies a merged or de-duplicated experience passes on to the one that replaces it.
 INHERITED_TALLIES = ("uses", "wins", "retrieval_count")
+
+
+def _eviction_order(policy: str, prior: tuple[float, float]) -> tuple[str, tuple[float, ...]]:
+    """The ``ORDER BY`` clause (and its parameters) that ranks active lessons for eviction,
+    first evicted first (see ``ExperienceConfig.eviction_policy``); ties go oldest first."""
+    if policy == "fifo":  # rowid order: read from the oldest row, stopped by LIMIT
+        return "id", ()
+    if policy == "usefulness":
+        a, b = (float(x) for x in prior)
+        return "(wins + ?) / (uses + ? + ?), id", (a, a, b)
+    if policy == "age":
+        return "max(created_at, last_retrieved_at), id", ()
+    raise ConfigurationError(f"unknown eviction policy {policy!r}")
 
 
 def family_key(family: str | None) -> str:
@@ -214,6 +255,13 @@ class ExperienceDatabase:
         conn.execute("BEGIN IMMEDIATE")
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if row is not None and int(row[0]) < SCHEMA_VERSION:
+            if int(row[0]) < 3:  # the rows already there enter the revision log as they are
+                conn.execute(
+                    "INSERT INTO revisions (at, kind, experience_id, detail) "
+                    "SELECT ?, 'migrated', id, json_object('status', status) FROM experiences "
+                    "ORDER BY id",
+                    (time.time(),),
+                )
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )
@@ -237,10 +285,15 @@ class ExperienceDatabase:
         )
         rows: list[tuple[Any, ...]] = []
         meta: list[tuple[str, str]] = []
+        revisions: list[tuple[Any, ...]] = []
         try:
             old = sqlite3.connect(f"{damaged.resolve().as_uri()}?mode=ro", uri=True)
             with contextlib.suppress(sqlite3.DatabaseError):
                 meta = old.execute("SELECT key, value FROM meta").fetchall()
+            with contextlib.suppress(sqlite3.DatabaseError):
+                revisions = old.execute(
+                    "SELECT rev, at, kind, experience_id, detail FROM revisions ORDER BY rev"
+                ).fetchall()
             top = 1 << 62
             with contextlib.suppress(sqlite3.DatabaseError, TypeError):
                 top = int(
@@ -259,6 +312,25 @@ class ExperienceDatabase:
         placeholders = ",".join("?" * (len(_COLUMNS.split(",")) + 1))
         conn.executemany(
             f"INSERT INTO experiences ({_COLUMNS}, vector) VALUES ({placeholders})", rows
+        )
+        # the log as far as it could be read; a salvaged row it does not name enters it anew
+        conn.executemany(
+            "INSERT INTO revisions (rev, at, kind, experience_id, detail) VALUES (?, ?, ?, ?, ?)",
+            revisions,
+        )
+        conn.execute(
+            "INSERT INTO revisions (at, kind, experience_id, detail) SELECT ?, 'migrated', id, "
+            "json_object('status', status, 'salvaged', 1) FROM experiences "
+            "WHERE id NOT IN (SELECT experience_id FROM revisions) ORDER BY id",
+            (time.time(),),
+        )
+        # and a lesson the log names that was not salvaged is recorded as lost
+        conn.execute(
+            "INSERT INTO revisions (at, kind, experience_id, detail) SELECT ?, 'lost', "
+            "experience_id, '{}' FROM revisions GROUP BY experience_id "
+            "HAVING sum(kind IN ('evict', 'delete', 'lost')) = 0 "
+            "AND experience_id NOT IN (SELECT id FROM experiences) ORDER BY experience_id",
+            (time.time(),),
         )
         conn.execute("COMMIT")
         conn.close()
@@ -355,8 +427,13 @@ class ExperienceDatabase:
         provenance: Provenance = NO_PROVENANCE,
         env_family: str | None = None,
         merged_from: Sequence[Sequence[int]] | None = None,
+        kind: str = "add",
     ) -> list[int]:
-        """Insert rows holding unit ``vectors``; returns their new ids."""
+        """Insert rows holding unit ``vectors``, each logged as a ``kind`` revision (its
+        provenance in the detail, so the log still answers after the row is gone); returns
+        their new ids."""
+        if kind not in CREATING_KINDS:
+            raise ConfigurationError(f"{kind!r} is not a revision kind that creates a lesson")
         now = time.time()
         ids = []
         for i, text in enumerate(texts):
@@ -380,14 +457,39 @@ class ExperienceDatabase:
                 ),
             )
             ids.append(int(cursor.lastrowid))
+        self.log(
+            cursor,
+            kind,
+            ids,
+            [
+                {
+                    "title": text.title,
+                    "env_family": env_family,
+                    "task_ids": [clean_text(str(t)) for t in provenance.task_ids],
+                    "trajectory_ids": [clean_text(str(t)) for t in provenance.trajectory_ids],
+                    "actor_step": int(provenance.actor_step),
+                    "policy_version": clean_text(str(provenance.policy_version)),
+                    "merged_from": [int(x) for x in (merged_from[i] if merged_from else [])],
+                }
+                for i, text in enumerate(texts)
+            ],
+        )
         return ids
 
     def retire_rows(
-        self, cursor: sqlite3.Cursor, ids: Sequence[int], status: str, replaced_by: int | None
+        self,
+        cursor: sqlite3.Cursor,
+        ids: Sequence[int],
+        status: str,
+        replaced_by: int | None,
+        kind: str = "retire",
     ) -> dict[str, list[int]]:
-        """Tombstone the active ``ids``; returns ``family key -> ids changed``."""
+        """Tombstone the active ``ids`` (each logged as a ``kind`` revision naming the status
+        and successor); returns ``family key -> ids changed``."""
         if status not in STATUSES or status == ACTIVE:
             raise ConfigurationError(f"cannot retire to status {status!r}")
+        if kind not in RETIRING_KINDS:
+            raise ConfigurationError(f"{kind!r} is not a revision kind that retires a lesson")
         changed: dict[str, list[int]] = {}
         now = time.time()
         for eid in dict.fromkeys(int(i) for i in ids):
@@ -401,22 +503,224 @@ class ExperienceDatabase:
                 (status, replaced_by, now, eid),
             )
             changed.setdefault(family_key(row[0]), []).append(eid)
+        done = [i for group in changed.values() for i in group]
+        self.log(cursor, kind, done, {"status": status, "replaced_by": replaced_by})
         return changed
 
-    @staticmethod
-    def add_outcomes(cursor: sqlite3.Cursor, ids: Sequence[int], won: bool) -> None:
-        """One episode used ``ids``: ``uses += 1`` and ``wins += won`` for each (once)."""
+    def restore_rows(self, cursor: sqlite3.Cursor, ids: Sequence[int]) -> dict[str, list[int]]:
+        """Bring expired ``ids`` back to active (a ``restore`` revision each); returns
+        ``family key -> ids restored``."""
+        changed: dict[str, list[int]] = {}
+        for eid in dict.fromkeys(int(i) for i in ids):
+            row = cursor.execute(
+                "SELECT env_family FROM experiences WHERE id = ? AND status = ?", (eid, EXPIRED)
+            ).fetchone()
+            if row is None:
+                continue
+            cursor.execute(
+                "UPDATE experiences SET status = 'active', replaced_by = NULL, updated_at = ? "
+                "WHERE id = ?",
+                (time.time(), eid),
+            )
+            changed.setdefault(family_key(row[0]), []).append(eid)
+        self.log(cursor, "restore", [i for group in changed.values() for i in group], {})
+        return changed
+
+    def delete_rows(
+        self, cursor: sqlite3.Cursor, ids: Sequence[int], kind: str, detail: dict[str, Any]
+    ) -> tuple[list[int], dict[str, list[int]]]:
+        """Remove the rows of ``ids`` (any status); each gets a ``kind`` revision holding
+        ``detail`` and a snapshot of the row (title, status, tallies, provenance). Returns the
+        ids removed and ``family key -> ids`` of those that were active (the index holds only
+        those); unknown ids are skipped."""
+        if kind not in REMOVING_KINDS:
+            raise ConfigurationError(f"{kind!r} is not a revision kind that removes a lesson")
+        was_active: dict[str, list[int]] = {}
+        removed, snapshots = [], []
+        for eid in dict.fromkeys(int(i) for i in ids):
+            row = cursor.execute(
+                "SELECT title, env_family, status, uses, wins, retrieval_count, created_step, "
+                "policy_version, replaced_by FROM experiences WHERE id = ?",
+                (eid,),
+            ).fetchone()
+            if row is None:
+                continue
+            title, family, status, uses, wins, retrievals, step, policy, successor = row
+            cursor.execute("DELETE FROM experiences WHERE id = ?", (eid,))
+            removed.append(eid)
+            snapshots.append(
+                {
+                    **detail,
+                    "title": title,
+                    "env_family": family,
+                    "status": status,
+                    "uses": uses,
+                    "wins": wins,
+                    "retrieval_count": retrievals,
+                    "created_step": step,
+                    "policy_version": policy,
+                    "replaced_by": successor,
+                }
+            )
+            if status == ACTIVE:
+                was_active.setdefault(family_key(family), []).append(eid)
+        self.log(cursor, kind, removed, snapshots)
+        return removed, was_active
+
+    def add_outcomes(self, cursor: sqlite3.Cursor, ids: Sequence[int], won: bool) -> None:
+        """One episode used ``ids``: ``uses += 1`` and ``wins += won`` for each (once), each
+        an ``outcome`` revision."""
+        present = self.present_among(cursor, ids)
         cursor.executemany(
             "UPDATE experiences SET uses = uses + 1, wins = wins + ? WHERE id = ?",
-            [(1 if won else 0, eid) for eid in dict.fromkeys(int(i) for i in ids)],
+            [(1 if won else 0, eid) for eid in present],
+        )
+        self.log(cursor, "outcome", present, {"won": bool(won)})
+
+    def add_votes(self, cursor: sqlite3.Cursor, ids: Sequence[int], up: bool) -> None:
+        column = "upvotes" if up else "downvotes"
+        found = set(self.present_among(cursor, ids))
+        present = [int(i) for i in ids if int(i) in found]
+        cursor.executemany(
+            f"UPDATE experiences SET {column} = {column} + 1 WHERE id = ?",
+            [(eid,) for eid in present],
+        )
+        self.log(cursor, "vote", present, {"up": bool(up)})
+
+    @staticmethod
+    def present_among(cursor: sqlite3.Cursor, ids: Sequence[int]) -> list[int]:
+        """Those of ``ids`` that have a row (any status), each once, in the order given."""
+        unique = list(dict.fromkeys(int(i) for i in ids))
+        found: set[int] = set()
+        for chunk in _chunks(unique):
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                r[0]
+                for r in cursor.execute(f"SELECT id FROM experiences WHERE id IN ({marks})", chunk)
+            )
+        return [i for i in unique if i in found]
+
+    # ------------------------------------------------------------------ the revision log
+    @staticmethod
+    def log(
+        cursor: sqlite3.Cursor,
+        kind: str,
+        ids: Sequence[int],
+        detail: dict[str, Any] | Sequence[dict[str, Any]],
+    ) -> None:
+        """Append one revision per id (in the caller's transaction): ``detail`` is shared, or
+        one per id."""
+        if not ids:
+            return
+        details = [detail] * len(ids) if isinstance(detail, dict) else list(detail)
+        now = time.time()
+        cursor.executemany(
+            "INSERT INTO revisions (at, kind, experience_id, detail) VALUES (?, ?, ?, ?)",
+            [(now, kind, int(eid), json.dumps(d)) for eid, d in zip(ids, details)],
         )
 
     @staticmethod
-    def add_votes(cursor: sqlite3.Cursor, ids: Sequence[int], up: bool) -> None:
-        column = "upvotes" if up else "downvotes"
-        cursor.executemany(
-            f"UPDATE experiences SET {column} = {column} + 1 WHERE id = ?",
-            [(int(i),) for i in ids],
+    def trim_revisions(cursor: sqlite3.Cursor, keep: int) -> None:
+        """Forget all but the newest ``keep`` revisions (0 keeps all); numbering goes on."""
+        if keep > 0:
+            cursor.execute(
+                "DELETE FROM revisions WHERE rev <= (SELECT coalesce(max(seq), 0) FROM "
+                "sqlite_sequence WHERE name = 'revisions') - ?",
+                (int(keep),),
+            )
+
+    def revision(self, conn: sqlite3.Connection | sqlite3.Cursor | None = None) -> int:
+        """The latest committed revision number (0 for a store never changed)."""
+        row = (
+            (conn or self.reader())
+            .execute("SELECT seq FROM sqlite_sequence WHERE name = 'revisions'")
+            .fetchone()
+        )
+        return int(row[0]) if row else 0
+
+    def revisions(self, experience_id: int | None = None, since: int = 0) -> list[dict[str, Any]]:
+        """The kept revisions after ``since``, oldest first (one lesson's when ``experience_id``
+        is given): ``{"rev", "at", "kind", "experience_id", "detail"}``."""
+        query = "SELECT rev, at, kind, experience_id, detail FROM revisions WHERE rev > ?"
+        params: list[Any] = [int(since)]
+        if experience_id is not None:
+            query += " AND experience_id = ?"
+            params.append(int(experience_id))
+        return [
+            {"rev": r, "at": at, "kind": k, "experience_id": e, "detail": json.loads(d)}
+            for r, at, k, e, d in self.reader().execute(query + " ORDER BY rev", params)
+        ]
+
+    def check_revisions(self) -> dict[str, Any]:
+        """Whether the revision log and the rows agree: numbers without gaps; every row has a
+        creating revision (unless trimmed away); no row's last revision removed it; no active
+        row's last status change retired it; every removed id is gone. ``ok`` and the faults."""
+        conn = self.reader()
+        faults: list[str] = []
+        revs = [r for (r,) in conn.execute("SELECT rev FROM revisions ORDER BY rev")]
+        if revs and revs != list(range(revs[0], revs[0] + len(revs))):
+            faults.append("revision numbers have gaps")
+        if revs and revs[-1] != self.revision(conn):
+            faults.append("the latest revision is not the sequence's")
+        oldest = revs[0] if revs else self.revision(conn) + 1
+        last: dict[int, str] = {}
+        first_seen: dict[int, int] = {}
+        for rev, eid, kind in conn.execute(
+            "SELECT rev, experience_id, kind FROM revisions "
+            f"WHERE kind NOT IN ({','.join('?' * len(TALLY_KINDS))}) ORDER BY rev",
+            TALLY_KINDS,
+        ):
+            last[eid] = kind
+            first_seen.setdefault(eid, rev)
+        rows = dict(conn.execute("SELECT id, status FROM experiences"))
+        for eid, status in rows.items():
+            kind = last.get(eid)
+            if kind is None:
+                if oldest <= 1:
+                    faults.append(f"lesson {eid} has no revision")
+            elif kind in REMOVING_KINDS:
+                faults.append(f"lesson {eid} is present after its {kind} revision")
+            elif status == ACTIVE and kind in RETIRING_KINDS:
+                faults.append(f"lesson {eid} is active after its {kind} revision")
+        for eid, kind in last.items():
+            if kind not in REMOVING_KINDS and eid not in rows:
+                faults.append(f"lesson {eid} is missing; its last revision is {kind}")
+        return {"ok": not faults, "faults": faults[:20], "revisions": len(revs)}
+
+    # ------------------------------------------------------------------ bounds
+    @staticmethod
+    def eviction_candidates(
+        conn: sqlite3.Connection | sqlite3.Cursor,
+        count: int,
+        policy: str,
+        prior: tuple[float, float] = (1.0, 1.0),
+    ) -> list[int]:
+        """The ``count`` active lessons ``policy`` evicts first, in that order."""
+        if count <= 0:
+            return []
+        order, params = _eviction_order(policy, prior)
+        # fifo walks the table in id order (an index on status would sort every active id)
+        table = "experiences NOT INDEXED" if policy == "fifo" else "experiences"
+        rows = conn.execute(
+            f"SELECT id FROM {table} WHERE status = 'active' ORDER BY {order} LIMIT ?",
+            (*params, int(count)),
+        )
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def idle_since(conn: sqlite3.Connection | sqlite3.Cursor, before: float) -> list[int]:
+        """Active lessons neither written nor retrieved since ``before`` (a time), oldest first."""
+        rows = conn.execute(
+            "SELECT id FROM experiences WHERE status = 'active' "
+            "AND max(created_at, last_retrieved_at) < ? ORDER BY id",
+            (float(before),),
+        )
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def count_active(conn: sqlite3.Connection | sqlite3.Cursor) -> int:
+        return int(
+            conn.execute("SELECT count(*) FROM experiences WHERE status='active'").fetchone()[0]
         )
 
     @staticmethod
@@ -519,16 +823,17 @@ class ExperienceDatabase:
                 found[row[0]] = _row_to_experience(row)
         return [found[i] for i in ids if i in found]
 
-    def usage(self, ids: Sequence[int]) -> dict[int, tuple[int, float]]:
-        """``id -> (retrieval_count, last_retrieved_at)`` as stored."""
-        out: dict[int, tuple[int, float]] = {}
+    def usage(self, ids: Sequence[int]) -> dict[int, tuple[int, float, int, int]]:
+        """``id -> (retrieval_count, last_retrieved_at, uses, wins)`` as stored."""
+        out: dict[int, tuple[int, float, int, int]] = {}
         for chunk in _chunks(ids):
             marks = ",".join("?" * len(chunk))
-            for eid, count, last in self.reader().execute(
-                f"SELECT id, retrieval_count, last_retrieved_at FROM experiences WHERE id IN ({marks})",
+            for eid, count, last, uses, wins in self.reader().execute(
+                "SELECT id, retrieval_count, last_retrieved_at, uses, wins FROM experiences "
+                f"WHERE id IN ({marks})",
                 chunk,
             ):
-                out[eid] = (count, last)
+                out[eid] = (count, last, uses, wins)
         return out
 
     def iter_experiences(

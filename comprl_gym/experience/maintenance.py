@@ -284,11 +284,14 @@ class Maintenance:
                     provenance,
                     family,
                     merged_from=[list(item.sources)],
+                    kind="merge",
                 )
                 if item.sources:
                     # the merged entry inherits the tallies of what it merged (as committed now)
                     self.store.inherit(cursor, new_id, list(item.sources))
-                    self.store.retire(cursor, list(item.sources), MERGED, replaced_by=new_id)
+                    self.store.retire(
+                        cursor, list(item.sources), MERGED, replaced_by=new_id, kind="replaced"
+                    )
                 scope.new_ids.append(new_id)
                 report.merged[new_id] = list(item.sources)
         scope.retired = replaced

@@ -26,11 +26,14 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from comprl_gym.experience import prompts
 from comprl_gym.experience.config import ExperienceConfig
 from comprl_gym.experience.embedding import Embedder, clean_text
 from comprl_gym.experience.maintenance import Maintenance, MergeExtractor
-from comprl_gym.experience.merge import MergeReport
+from comprl_gym.experience.merge import CleanupReport, MergeReport
 from comprl_gym.experience.operations import (
     EXTRACT_KINDS,
     ApplyResult,
@@ -49,6 +52,7 @@ from comprl_gym.experience.operations import (
     parse_extractor_output,
 )
 from comprl_gym.experience.records import (
+    EXPIRED,
     MERGED,
     NO_PROVENANCE,
     Experience,
@@ -85,6 +89,8 @@ class ExperienceManager:
         self.store = store
         self.config = config or store.config
         self._lock = RWLock()
+        self._gate = threading.Condition()
+        self._suspensions = 0  # writes wait while > 0 (see suspended())
         self.retrieval = Retriever(store, self.config, self._lock)
         self.maintenance = Maintenance(store, self.config, self._lock)
         self._closed = False
@@ -207,6 +213,8 @@ class ExperienceManager:
         """Run ``write(cursor)`` in one transaction under the write lock; with a ``request_id``
         the id and the (``encode``d, JSON-able) result are recorded in that same transaction, and
         a repeated id returns the recorded result (``decode``d) without writing again."""
+        with self._gate:
+            self._gate.wait_for(lambda: self._suspensions == 0)
         with self._lock.write(), self.store.transaction() as cursor:
             if request_id is not None:
                 done, recorded = self.store.request_result(cursor, request_id)
@@ -270,9 +278,12 @@ class ExperienceManager:
                             provenance,  # type: ignore[index]
                             target_family,
                             merged_from=[targets],
+                            kind="update",
                         )
                         if targets:
-                            self.store.retire(cursor, targets, MERGED, replaced_by=new_id)
+                            self.store.retire(
+                                cursor, targets, MERGED, replaced_by=new_id, kind="replaced"
+                            )
                         result.updated[new_id] = targets
                         w += 1
                     else:
@@ -319,6 +330,88 @@ class ExperienceManager:
         ``request_id``: as in :meth:`add`."""
         if ids:
             self._write(request_id, lambda c: self.store.add_training_marks(c, ids, actor_step))
+
+    # ------------------------------------------------------------------ lifecycle
+    def delete(self, ids: Sequence[int]) -> list[int]:
+        """Remove lessons (any status) for good: rows and index entries; each a ``delete``
+        revision keeping a snapshot. Returns the ids removed (unknown ones are skipped, so a
+        repeat changes nothing)."""
+        return self._write(None, lambda c: self.store.remove(c, ids, "delete"))
+
+    def expire(self, ids: Sequence[int]) -> list[int]:
+        """Hide active lessons: out of retrieval and the index, row and vector kept (status
+        ``expired``, an ``expire`` revision each); :meth:`restore` brings them back."""
+        return self._write(None, lambda c: self.store.retire(c, ids, EXPIRED, kind="expire"))
+
+    def restore(self, ids: Sequence[int]) -> list[int]:
+        """Bring expired lessons back (a ``restore`` revision each); returns those restored."""
+        return self._write(None, lambda c: self.store.restore(c, ids))
+
+    def cleanup(self, dry_run: bool = True, now: float | None = None) -> CleanupReport:
+        """Expire lessons idle past ``expire_after_s`` and evict those over ``max_entries``
+        (``eviction_policy`` order), in one transaction. With ``dry_run`` (the default) nothing
+        changes and the report lists what would be removed; ``now`` (a time) is for tests."""
+        now = time.time() if now is None else float(now)
+        if dry_run:
+            with self._lock.read():
+                expire, evict = self.store.plan_cleanup(self.store.database.reader(), now)
+                return CleanupReport(True, expire, evict, self.store.revision)
+
+        def write(cursor: Any) -> CleanupReport:
+            expire, evict = self.store.plan_cleanup(cursor, now)
+            self.store.retire(cursor, expire, EXPIRED, kind="expire")
+            self.store.remove(cursor, evict, "evict", {"policy": self.config.eviction_policy})
+            return CleanupReport(False, expire, evict)
+
+        report = self._write(None, write)
+        report.revision = self.revision
+        return report
+
+    # ------------------------------------------------------------------ revisions and fences
+    @property
+    def revision(self) -> int:
+        """The latest committed store revision (see :attr:`ExperienceStore.revision`)."""
+        return self.store.revision
+
+    def revisions(self, experience_id: int | None = None, since: int = 0) -> list[dict[str, Any]]:
+        """The kept revisions after ``since`` (one lesson's when ``experience_id`` is given)."""
+        with self._lock.read():
+            return self.store.revisions(experience_id, since)
+
+    def check_revisions(self) -> dict[str, Any]:
+        with self._lock.read():
+            return self.store.check_revisions()
+
+    def fence(self) -> int:
+        """A write fence, as the reference takes one before the extractor's asynchronous
+        training step: the buffered retrieval counters are written and every write under way
+        finishes; returns the revision the store is at. The actor waits only while the fence
+        holds the write lock (the counters and one empty critical section)."""
+        self.retrieval.flush_usage()
+        with self._lock.write():
+            return self.store.revision
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[int]:
+        """Hold writes (adds, operations, outcomes, lifecycle) while the block runs, after a
+        :meth:`fence`; reads and retrieval go on. Yields the fenced revision: the store stays at
+        it until the block ends (the reference suspends its manager while the extractor trains).
+
+        Example:
+            >>> import tempfile
+            >>> with ExperienceManager(tempfile.mkdtemp()) as manager:
+            ...     with manager.suspended() as revision:
+            ...         revision == manager.revision
+            True
+        """
+        with self._gate:
+            self._suspensions += 1
+        try:
+            yield self.fence()
+        finally:
+            with self._gate:
+                self._suspensions -= 1
+                self._gate.notify_all()
 
     # ------------------------------------------------------------------ maintenance
     def training_weights(self, ids: Sequence[int], actor_step: int) -> list[float]:

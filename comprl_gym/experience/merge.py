@@ -1,4 +1,4 @@
-"""Planning of store maintenance: near-duplicate pairs, and what a merge pass did.
+"""Planning of store maintenance: near-duplicate pairs, what a merge pass and a cleanup did.
 
 :func:`plan_dedupe` only reads the store; :class:`~comprl_gym.experience.ExperienceManager`
 applies its plan under its write lock. It finds pairs whose cosine similarity reaches a
@@ -38,6 +38,18 @@ class MergeReport:
     merged: dict[int, list[int]] = field(default_factory=dict)
     scopes: list[ScopeMerge] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CleanupReport:
+    """What :meth:`ExperienceManager.cleanup` removed, or with ``dry_run`` would remove:
+    ``expired`` (hidden: idle past ``expire_after_s``) and ``evicted`` (over ``max_entries``,
+    in ``eviction_policy`` order), and the store revision after it."""
+
+    dry_run: bool
+    expired: list[int] = field(default_factory=list)
+    evicted: list[int] = field(default_factory=list)
+    revision: int = 0
 
 
 def plan_dedupe(

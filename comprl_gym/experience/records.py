@@ -10,7 +10,22 @@ from typing import Any
 ACTIVE = "active"
 MERGED = "merged"
 DROPPED = "dropped"
-STATUSES = (ACTIVE, MERGED, DROPPED)
+#: Hidden by expiry: out of the index, row and vector kept (``restore`` brings it back).
+EXPIRED = "expired"
+STATUSES = (ACTIVE, MERGED, DROPPED, EXPIRED)
+
+
+def posterior_win_rate(wins: int, uses: int, prior: tuple[float, float] = (1.0, 1.0)) -> float:
+    """Posterior mean of a lesson's win rate under a ``Beta(a, b)`` prior:
+    ``(wins + a) / (uses + a + b)``. An untried lesson scores the prior mean ``a / (a + b)``, so
+    it is neither buried nor favoured before it has been tried.
+
+    Example:
+        >>> posterior_win_rate(0, 0), posterior_win_rate(3, 4), posterior_win_rate(0, 8)
+        (0.5, 0.6666666666666666, 0.1)
+    """
+    a, b = prior
+    return (wins + a) / (uses + a + b)
 
 
 @dataclass
@@ -56,6 +71,10 @@ class Experience:
     @property
     def win_rate(self) -> float:
         return self.wins / self.uses if self.uses else 0.0
+
+    def usefulness(self, prior: tuple[float, float] = (1.0, 1.0)) -> float:
+        """The posterior mean of its win rate (:func:`posterior_win_rate`)."""
+        return posterior_win_rate(self.wins, self.uses, prior)
 
     @property
     def reward(self) -> float:

@@ -7,7 +7,9 @@ LRU cache and searched by a pool of workers under the read side of the manager's
 writer-priority lock, so the actor never waits on writers for long. Results are diversified
 (score = -rank - lambda*log(1+retrievals) - recent-use penalty, with a chance of moving a
 recently used top hit to the end) so that near-equal experiences share the retrievals, as in
-the Complementary RL reference; the candidates are read in widening windows that give the
+the Complementary RL reference; with ``usefulness_weight`` the score also loses
+``weight * (1 - posterior win rate)`` (a Beta prior on wins over uses), so lessons that misled
+the actor sink and untried ones are still tried; the candidates are read in widening windows that give the
 answer of the reference's full ``candidate_multiplier * k`` (:meth:`Retriever._choose`).
 Retrieval counts are buffered and written to the store every ``stats_flush_interval_s`` by a
 thread of their own, in transactions of ``FLUSH_CHUNK`` rows, so searches run between them.
@@ -43,7 +45,7 @@ import numpy as np
 from comprl_gym.core import ConfigurationError
 from comprl_gym.experience.config import ExperienceConfig
 from comprl_gym.experience.embedding import EmbeddingCache, clean_text
-from comprl_gym.experience.records import Retrieved
+from comprl_gym.experience.records import Retrieved, posterior_win_rate
 from comprl_gym.experience.rwlock import RWLock
 from comprl_gym.experience.store import ExperienceStore
 
@@ -310,7 +312,7 @@ class Retriever:
         full = [q.k * (self.config.candidate_multiplier if q.diversify else 1) for q in queries]
         width = [min(cap, 2 * (q.k + 1)) if q.diversify else cap for q, cap in zip(queries, full)]
         chosen: list[list[tuple[int, float]]] = [[] for _ in queries]
-        usage: dict[int, tuple[int, float]] = {}
+        usage: dict[int, tuple[int, float, int, int]] = {}
         pending = list(range(len(queries)))
         while pending:
             window = max(width[i] for i in pending)
@@ -341,17 +343,19 @@ class Retriever:
         return chosen
 
     def _scored(
-        self, pairs: list[tuple[int, float]], usage: dict[int, tuple[int, float]]
+        self, pairs: list[tuple[int, float]], usage: dict[int, tuple[int, float, int, int]]
     ) -> list[tuple[float, int, int, float, bool]]:
         """``(score, rank, id, similarity, recent)`` of ``(id, similarity)`` candidates (in
-        similarity order), best first by the reference's usage-penalised score."""
+        similarity order), best first by the reference's usage-penalised score, less
+        ``usefulness_weight * (1 - posterior win rate)``. Every term but ``-rank`` is <= 0,
+        which :meth:`_choose`'s early stop relies on."""
         cfg = self.config
         now = time.time()
         with self._usage_lock:
             pending = {eid: tuple(self._usage[eid]) for eid, _ in pairs if eid in self._usage}
         scored = []
         for rank, (eid, sim) in enumerate(pairs):
-            count, last = usage.get(eid, (0, 0.0))
+            count, last, uses, wins = usage.get(eid, (0, 0.0, 0, 0))
             if eid in pending:
                 count += int(pending[eid][0])
                 last = max(last, pending[eid][1])
@@ -360,6 +364,8 @@ class Retriever:
                 -rank
                 - cfg.diversity_lambda * math.log1p(count)
                 - (cfg.diversity_recent_penalty if recent else 0.0)
+                - cfg.usefulness_weight
+                * (1.0 - posterior_win_rate(wins, uses, cfg.usefulness_prior))
             )
             scored.append((score, rank, eid, sim, recent))
         scored.sort(key=lambda s: (-s[0], s[1]))

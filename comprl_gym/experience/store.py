@@ -93,6 +93,7 @@ class ExperienceStore:
         self.db_path = self.path / DB_NAME
         self._closed = False
         self._pending_index_ops: list[IndexOp] | None = None
+        self._inserted = False  # the open transaction inserted rows: the cap is checked
         self.database = ExperienceDatabase(
             self.db_path,
             synchronous=self.config.sqlite_synchronous,
@@ -153,8 +154,12 @@ class ExperienceStore:
             raise RuntimeError("nested experience-store transactions are not supported")
         cursor = self.database.begin()
         self._pending_index_ops = []
+        self._inserted = False
         try:
             yield cursor
+            if self._inserted:
+                self._evict_over_cap(cursor)
+            self.database.trim_revisions(cursor, self.config.revision_log_max_rows)
             self.database.commit(cursor)
         except BaseException:
             self.database.rollback(cursor)
@@ -168,6 +173,19 @@ class ExperienceStore:
         if self._pending_index_ops is None:
             raise RuntimeError("index changes must be queued inside transaction()")
         self._pending_index_ops.append(op)
+
+    def _evict_over_cap(self, cursor: sqlite3.Cursor) -> list[int]:
+        """Evict, inside the open transaction, the active lessons beyond ``max_entries`` that
+        ``eviction_policy`` ranks first; returns their ids."""
+        cfg = self.config
+        over = self.database.count_active(cursor) - cfg.max_entries if cfg.max_entries else 0
+        if over <= 0:
+            return []
+        ids = self.database.eviction_candidates(
+            cursor, over, cfg.eviction_policy, cfg.usefulness_prior
+        )
+        self.remove(cursor, ids, "evict", {"policy": cfg.eviction_policy})
+        return ids
 
     def _check_open(self) -> None:
         if self._closed:
@@ -219,8 +237,11 @@ class ExperienceStore:
         provenance: Provenance = NO_PROVENANCE,
         env_family: str | None = None,
         merged_from: Sequence[Sequence[int]] | None = None,
+        kind: str = "add",
     ) -> list[int]:
-        """Insert rows inside an open :meth:`transaction`; returns their new ids."""
+        """Insert rows inside an open :meth:`transaction` (each a ``kind`` revision: ``add``,
+        ``update``, ``merge`` or ``import``); returns their new ids. When the transaction
+        commits, lessons beyond ``max_entries`` are evicted in it."""
         vectors = normalize_rows(vectors)
         if vectors.shape != (len(texts), self.dim):
             raise ConfigurationError(
@@ -229,7 +250,10 @@ class ExperienceStore:
         if not np.isfinite(vectors).all():
             raise ConfigurationError("experience vectors contain NaN or infinity")
         family = env_family if env_family is not None else provenance.env_family
-        ids = self.database.insert_rows(cursor, texts, vectors, provenance, family, merged_from)
+        ids = self.database.insert_rows(
+            cursor, texts, vectors, provenance, family, merged_from, kind
+        )
+        self._inserted = True
         self.after_commit(("add", family_key(family), np.array(ids, dtype=np.int64), vectors))
         return ids
 
@@ -239,19 +263,68 @@ class ExperienceStore:
         ids: Sequence[int],
         status: str,
         replaced_by: int | None = None,
+        kind: str = "retire",
     ) -> list[int]:
-        """Tombstone active ids (``merged``/``dropped``) inside a transaction; returns those changed."""
-        changed = self.database.retire_rows(cursor, ids, status, replaced_by)
+        """Tombstone active ids (``merged``/``dropped``/``expired``) inside a transaction, each
+        a ``kind`` revision; returns those changed."""
+        changed = self.database.retire_rows(cursor, ids, status, replaced_by, kind)
+        return self._unindex(changed)
+
+    def _unindex(self, changed: dict[str, list[int]]) -> list[int]:
+        """Queue the removal of ``family key -> ids`` from the index; returns the ids."""
         for key, family_ids in changed.items():
             self.after_commit(("remove", key, np.array(family_ids, dtype=np.int64), None))
         return [i for group in changed.values() for i in group]
+
+    def remove(
+        self,
+        cursor: sqlite3.Cursor,
+        ids: Sequence[int],
+        kind: str = "delete",
+        detail: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """Remove the rows of ``ids`` (any status) inside a transaction, each an ``evict`` or
+        ``delete`` revision keeping a snapshot of it; returns the ids removed."""
+        removed, was_active = self.database.delete_rows(cursor, ids, kind, detail or {})
+        self._unindex(was_active)
+        return removed
+
+    def restore(self, cursor: sqlite3.Cursor, ids: Sequence[int]) -> list[int]:
+        """Bring expired ``ids`` back into the store and the index; returns those restored."""
+        changed = self.database.restore_rows(cursor, ids)
+        for key, family_ids in changed.items():
+            array = np.array(family_ids, dtype=np.int64)
+            vectors = self.database.vectors(family_ids, self.database.writer)
+            self.after_commit(("add", key, array, vectors))
+        self._inserted = self._inserted or bool(changed)
+        return [i for group in changed.values() for i in group]
+
+    def plan_cleanup(
+        self, conn: sqlite3.Connection | sqlite3.Cursor, now: float
+    ) -> tuple[list[int], list[int]]:
+        """``(expire, evict)``: the active lessons idle past ``expire_after_s`` at time ``now``,
+        then those that ``eviction_policy`` evicts to bring the rest within ``max_entries``."""
+        cfg = self.config
+        expire = (
+            self.database.idle_since(conn, now - cfg.expire_after_s) if cfg.expire_after_s else []
+        )
+        if not cfg.max_entries:
+            return expire, []
+        over = self.database.count_active(conn) - len(expire) - cfg.max_entries
+        if over <= 0:
+            return expire, []
+        hidden = set(expire)
+        ranked = self.database.eviction_candidates(
+            conn, over + len(hidden), cfg.eviction_policy, cfg.usefulness_prior
+        )
+        return expire, [i for i in ranked if i not in hidden][:over]
 
     def fold_into(self, cursor: sqlite3.Cursor, loser: int, keeper: int, status: str) -> bool:
         """Retire ``loser`` in favour of ``keeper`` (both must be active), which inherits its
         tallies and lists it in ``merged_from``. Returns whether it happened."""
         if self.database.active_among(cursor, [loser, keeper]) != {int(loser), int(keeper)}:
             return False
-        self.retire(cursor, [loser], status, replaced_by=keeper)
+        self.retire(cursor, [loser], status, replaced_by=keeper, kind="absorbed")
         self.database.inherit(cursor, keeper, [loser], record_sources=True)
         return True
 
@@ -326,8 +399,8 @@ class ExperienceStore:
         """Experiences by id, in the order asked (unknown ids are skipped)."""
         return self.database.get(ids)
 
-    def usage(self, ids: Sequence[int]) -> dict[int, tuple[int, float]]:
-        """``id -> (retrieval_count, last_retrieved_at)`` as stored."""
+    def usage(self, ids: Sequence[int]) -> dict[int, tuple[int, float, int, int]]:
+        """``id -> (retrieval_count, last_retrieved_at, uses, wins)`` as stored."""
         return self.database.usage(ids)
 
     def iter_experiences(
@@ -390,6 +463,23 @@ class ExperienceStore:
         self.index.rebuild(
             self.database.active_family_keys(), self.database.active_ids, self.database.vectors
         )
+
+    # ------------------------------------------------------------------ revisions
+    @property
+    def revision(self) -> int:
+        """The latest committed revision: every change (add, update, merge, evict, expire,
+        restore, delete, outcome, vote) is one numbered row of the append-only revision log,
+        written in the change's own transaction. Retrieval counters are not revisions."""
+        return self.database.revision()
+
+    def revisions(self, experience_id: int | None = None, since: int = 0) -> list[dict[str, Any]]:
+        """The kept revisions after ``since`` (one lesson's when ``experience_id`` is given)."""
+        return self.database.revisions(experience_id, since)
+
+    def check_revisions(self) -> dict[str, Any]:
+        """Whether the revision log agrees with the rows (see
+        :meth:`ExperienceDatabase.check_revisions`)."""
+        return self.database.check_revisions()
 
     def check_consistency(self) -> dict[str, Any]:
         """Compare every index with the active rows of SQLite; ``ok`` is True when they agree."""

@@ -83,7 +83,9 @@ class ExactVectors:
     """The float32 unit vectors of one index (given normalised, as the store writes them),
     keyed by id, for the exact re-rank.
 
-    Rows are packed; a removed row is filled with the last one, so memory stays one row per id.
+    Rows are packed; a removed row is filled with the last one, and ids map to rows through a
+    sorted array of the live ids (binary search), so memory is one row per live id however
+    many ids a long run has written and evicted.
 
     Example:
         >>> rows = ExactVectors(dim=2)
@@ -96,46 +98,55 @@ class ExactVectors:
     def __init__(self, dim: int):
         self.matrix = np.zeros((0, dim), np.float32)
         self.id_of = np.zeros(0, np.int64)  # row -> id
-        self.row_of = np.full(0, -1, np.int64)  # id -> row, -1 where absent
+        self.sorted_ids = np.zeros(0, np.int64)  # the live ids, ascending
+        self.sorted_rows = np.zeros(0, np.int64)  # the row of each of them
         self.size = 0
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """The row of each of ``ids`` (any shape), -1 where absent."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if not self.sorted_ids.size:
+            return np.full(ids.shape, -1, np.int64)
+        position = np.minimum(np.searchsorted(self.sorted_ids, ids), self.sorted_ids.size - 1)
+        return np.where(self.sorted_ids[position] == ids, self.sorted_rows[position], -1)
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if not ids.size:
             return
-        if int(ids.max()) >= self.row_of.size:
-            self.row_of = _grown(self.row_of, int(ids.max()) + 1, fill=-1)
-        new = np.unique(ids[self.row_of[ids] < 0])
+        new = np.unique(ids[self.rows(ids) < 0])
         needed = self.size + new.size
         if needed > self.matrix.shape[0]:
             self.matrix = _grown(self.matrix, needed, fill=0)
             self.id_of = _grown(self.id_of, needed, fill=-1)
-        self.row_of[new] = np.arange(self.size, needed)
         self.id_of[self.size : needed] = new
+        all_ids = np.concatenate([self.sorted_ids, new])
+        all_rows = np.concatenate([self.sorted_rows, np.arange(self.size, needed)])
+        order = np.argsort(all_ids, kind="stable")
+        self.sorted_ids, self.sorted_rows = all_ids[order], all_rows[order]
         self.size = needed
-        self.matrix[self.row_of[ids]] = np.asarray(vectors, dtype=np.float32)
+        self.matrix[self.rows(ids)] = np.asarray(vectors, dtype=np.float32)
 
     def remove(self, ids: np.ndarray) -> None:
-        for eid in np.asarray(ids, dtype=np.int64).reshape(-1):
-            if eid >= self.row_of.size or self.row_of[eid] < 0:
-                continue
-            row, last = int(self.row_of[eid]), self.size - 1
+        ids = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
+        ids = ids[self.rows(ids) >= 0]
+        for eid in ids:
+            row, last = int(self.rows(eid)), self.size - 1  # rows move as holes are filled
             moved = int(self.id_of[last])  # the last row fills the hole
             self.matrix[row] = self.matrix[last]
             self.id_of[row] = moved
-            self.row_of[moved] = row
-            self.row_of[eid] = -1
+            self.sorted_rows[np.searchsorted(self.sorted_ids, moved)] = row
             self.size = last
+        keep = ~np.isin(self.sorted_ids, ids)
+        self.sorted_ids, self.sorted_rows = self.sorted_ids[keep], self.sorted_rows[keep]
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         """The rows of ``ids`` (all present)."""
-        return self.matrix[self.row_of[np.asarray(ids, dtype=np.int64)]]
+        return self.matrix[self.rows(ids)]
 
     def similarities(self, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """Cosine of each query row with its candidate ``ids`` (``(n, c)``; -1 gives -inf)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        known = (ids >= 0) & (ids < self.row_of.size)
-        rows = np.where(known, self.row_of[np.where(known, ids, 0)], -1)
+        rows = self.rows(ids)
         candidates = self.matrix[np.maximum(rows, 0)]  # (n, c, dim)
         sims = np.einsum("ncd,nd->nc", candidates, queries)
         sims[rows < 0] = -np.inf
