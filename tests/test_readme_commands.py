@@ -1,8 +1,12 @@
-"""The README's commands, run as a user would, at tiny sizes (issue 19).
+"""The README's and the docs pages' commands, run as a user would, at tiny sizes (issues 19, 45).
 
-The test reads README.md: every command line of its ``bash`` blocks and every inline
-`` `comprl-gym ...` `` span is a case, the agent specs its prose documents are cases, and its
-``python`` blocks run as one script. Each ``comprl-gym`` command runs through
+The test reads README.md and every page under docs/ (one text, ``DOCUMENTED``): every command
+line of their ``bash`` blocks and every inline `` `comprl-gym ...` `` span is a case, the agent
+specs their prose documents are cases, a ``comprl-gym ... --help`` runs and must print its
+usage, and the README's ``python`` blocks run as one script (the docs pages' snippets are
+``py`` blocks: pieces of a larger program, not run). Other programs' commands sit in
+``console`` blocks, which are not read here (``tests/test_docs.py`` checks that each
+``python benchmarks/...`` command names a script and options it has). Each ``comprl-gym`` command runs through
 ``python -m comprl_gym.cli`` in a subprocess whose working folder is one temporary folder shared
 by all cases (a user's session: the leaderboard reads the results the evals wrote), with imports
 from this checkout and the Hugging Face hub offline.
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import importlib
 import io
 import json
 import os
@@ -62,6 +67,10 @@ from comprl_gym.evaluation.validate import CHECKS as VALIDATE_CHECKS
 from comprl_gym.trainers import TRAINERS, TrainConfig
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+#: The README and every docs page, one text: where commands, specs and tables are read.
+DOCUMENTED = "\n".join(
+    [README] + [p.read_text(encoding="utf-8") for p in sorted((REPO_ROOT / "docs").rglob("*.md"))]
+)
 SLOW = pytest.mark.slow
 
 
@@ -115,11 +124,36 @@ def parse_command(line: str) -> Command | None:
     return Command(" ".join(raw_words), words)
 
 
-def readme_commands(text: str = README) -> list[Command]:
-    """Every command of the ``bash`` blocks and every inline `` `comprl-gym ...` `` span."""
+#: A ``bash`` block that is a shell script (a loop, a condition or a variable), not a list of
+#: commands: the shell, not this reader, knows what it runs (``script_commands``).
+SHELL_SCRIPT = re.compile(r"^\s*(for|while|if|until)\b|^\s*[A-Za-z_]\w*=", re.M)
+
+
+def script_blocks(text: str = DOCUMENTED) -> list[str]:
+    """The ``bash`` blocks that are shell scripts (multi-hour recipes: loops over seeds)."""
+    return [block for block in fenced_blocks(text, "bash") if SHELL_SCRIPT.search(block)]
+
+
+def script_commands(block: str) -> list[list[str]]:
+    """The ``comprl-gym`` commands a script block runs, as bash expands them (variables, loops,
+    braces): bash runs the block with ``comprl-gym`` defined as a function that prints its
+    arguments, so nothing else runs."""
+    recorder = 'comprl-gym() { printf "%q " comprl-gym "$@"; echo; }\n'
+    proc = subprocess.run(
+        ["bash", "-e", "-c", recorder + block], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [shlex.split(line)[1:] for line in proc.stdout.splitlines() if line.strip()]
+
+
+def readme_commands(text: str = DOCUMENTED) -> list[Command]:
+    """Every command of the ``bash`` blocks (shell scripts aside) and every inline
+    `` `comprl-gym ...` `` span."""
+    scripts = script_blocks(text)
     lines = [
         line
         for block in fenced_blocks(text, "bash")
+        if block not in scripts
         for line in block.replace("\\\n", " ").splitlines()
     ]
     lines += re.findall(r"`(comprl-gym [^`]+)`", text)
@@ -131,18 +165,18 @@ def readme_commands(text: str = README) -> list[Command]:
     return list(commands.values())
 
 
-def readme_env_ids(text: str = README) -> list[str]:
-    """The ids of the README's environment table."""
-    table = text.split("<!-- envs:start -->")[1].split("<!-- envs:end -->")[0]
+def readme_env_ids(text: str = DOCUMENTED) -> list[str]:
+    """The ids of the documented environment table (``docs/environments/index.md``)."""
+    table = text.split("<!-- generated: envs -->")[1].split("<!-- end generated: envs -->")[0]
     return re.findall(r"^\| `(comprl/[^`]+)` \|", table, flags=re.M)
 
 
-def readme_agent_specs(text: str = README) -> list[str]:
+def readme_agent_specs(text: str = DOCUMENTED) -> list[str]:
     """The agent specs the README's prose documents (`` `hf:...` ``, `` `openai:...` ``)."""
     return list(dict.fromkeys(re.findall(r"`((?:hf|vllm|openai):[^`\s]+)`", text)))
 
 
-def readme_config_table(text: str = README) -> dict[str, str]:
+def readme_config_table(text: str = DOCUMENTED) -> dict[str, str]:
     """``configs/X.yaml`` -> the trainer class the Training table says it runs."""
     rows = re.findall(r"^\| (`configs/.*?) \| `(\w+Trainer)` \|", text, flags=re.M)
     return {path: trainer for paths, trainer in rows for path in re.findall(r"`([^`]+)`", paths)}
@@ -219,6 +253,9 @@ TINY_TRAIN = [
     "eval_tasks=1",
     "torch_threads=1",
     "progress=false",
+    # docs/gpu.md's configs/gpu-1.yaml asks for CUDA: its tiny twin runs where the suite runs
+    "actor.device=cpu",
+    "extractor.device=cpu",
 ]
 
 #: Placeholders in README commands -> what fills them (a value, or a fixture's name).
@@ -635,10 +672,15 @@ def check_train(shrunk, proc, work):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["iterations"] == 1 and summary["algorithm"] == config["algorithm"]
     # The outputs the README lists: metrics.jsonl, TensorBoard, checkpoints, the store.
-    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
-    assert any((out / "tensorboard").iterdir())
+    # one line per iteration, beside one per step of a reading warm-up (configs/memory-reader.yaml)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len([m for m in metrics if not any(k.startswith("warmup/") for k in m)]) == 1
+    if config.get("tensorboard", True):  # a recipe may turn it off (configs/memory-*.yaml)
+        assert any((out / "tensorboard").iterdir())
     assert (out / "checkpoints" / "step-1").is_dir()
-    assert (out / "experience").is_dir()
+    module, name = TRAINERS[config["algorithm"]].split(":")
+    if getattr(importlib.import_module(module), name).uses_experience:  # GRPO keeps no store
+        assert (out / "experience").is_dir()
     assert "Evaluation on the seeds after the training pool" in proc.stdout
     assert set(summary["evaluation"]) == set(config["env_ids"])
     for env_id in config["env_ids"]:
@@ -684,6 +726,29 @@ CHECKS = {
     "train": check_train,
     "validate": check_validate,
 }
+
+
+def is_help(command: Command) -> bool:
+    """``comprl-gym [SUB] --help`` (the docs point at a command's own usage), or a bare
+    ``comprl-gym SUB`` that cannot run without arguments: prose naming the sub-command
+    (`` `comprl-gym validate` ``), checked by its ``--help``."""
+    if command.words[-1].text == "--help":
+        return True
+    if command.program != "comprl-gym" or len(command.words) != 2:
+        return False
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.suppress(SystemExit):
+        build_parser().parse_args([command.subcommand])
+        return False
+    return True
+
+
+def check_help(command: Command, work: Path) -> None:
+    """The usage of that (sub-)command, listing its options, and exit status 0."""
+    words = [w.text for w in command.words[1:] if w.text != "--help"]
+    proc = comprl_gym([*words, "--help"], work)
+    usage = " ".join(["usage: comprl-gym", *words])
+    assert proc.stdout.startswith(usage), proc.stdout[:200]
+    assert "-h, --help" in proc.stdout
 
 
 def run_make_target(command: Command) -> None:
@@ -738,6 +803,9 @@ def test_every_readme_command_and_spec_has_a_case():
     for command in COMMANDS:
         if command.program == "make":
             assert len(command.words) == 2, command.source
+            continue
+        if is_help(command):
+            assert command.program == "comprl-gym" and len(command.words) <= 3, command.source
             continue
         shrunk = shrink(command)
         for pattern, ids in shrunk.narrowed.items():
@@ -811,6 +879,32 @@ def test_every_readme_config_loads_tiny_as_the_trainer_the_table_names():
         assert config.actor.model == "tiny" and config.iterations == 1
 
 
+def test_script_blocks_run_commands_the_cli_accepts():
+    """The docs' shell-script recipes (hours of training over seeds) are not run; every command
+    bash expands them to must be one the CLI parses, a ``train`` config must load with its
+    ``--set`` overrides, and a committed result file it reads must exist. The steps themselves
+    run at tiny size in tests/test_memory_recipes.py."""
+    blocks = script_blocks()
+    assert script_commands("for s in 0 1; do comprl-gym train --set seed=$s; done") == [
+        ["train", "--set", "seed=0"],
+        ["train", "--set", "seed=1"],
+    ]
+    parser = build_parser()
+    for block in blocks:
+        argvs = script_commands(block)
+        assert argvs, block
+        for argv in argvs:
+            args = parser.parse_args(argv)  # an unknown option exits here (SystemExit)
+            if args.command == "train":
+                TrainConfig.from_yaml(REPO_ROOT / args.config, args.set)
+            outputs = {
+                argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--out", "--output-dir")
+            }
+            for path in set(argv) - outputs:
+                if path.startswith("benchmarks/"):
+                    assert (REPO_ROOT / path).exists(), path
+
+
 @SLOW
 def test_readme_python_blocks_run_as_one_script(work):
     """Quickstart, then the Experience block (it continues the Quickstart's session)."""
@@ -848,6 +942,9 @@ def test_documented_agent_spec_runs_in_eval(spec, work, request):
 def test_readme_command(command, work, request):
     if command.program == "make":
         run_make_target(command)
+        return
+    if is_help(command):
+        check_help(command, work)
         return
     if command.subcommand == "leaderboard":
         leaderboard_setup(work, _parsed(shrink(command)).suite)

@@ -1,0 +1,455 @@
+"""Regenerate the tables the README and the docs pages print from files (``make readme``).
+
+A page marks a generated part with a pair of comments naming its table::
+
+    <!-- generated: demo -->
+    ...the table, rewritten by this script...
+    <!-- end generated: demo -->
+
+and this script rewrites every marked part of ``README.md`` and ``docs/**/*.md`` from its source:
+the env id table from :mod:`comprl_gym.registration`, every results table from its committed
+file under ``benchmarks/results/``. So a number in those tables is the file's number, and a
+changed file shows up as a stale page: ``python scripts/update_docs.py --check`` (run by
+``tests/test_docs.py``) exits non-zero naming the pages and tables to regenerate. A marker
+naming no known table, or an unclosed one, is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from comprl_gym.evaluation.table import markdown as method_table_markdown
+from comprl_gym.registration import markdown_table
+from comprl_gym.utils import atomic_write_text
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+MARKED = re.compile(
+    r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
+    re.S,
+)
+OPENING = re.compile(r"<!-- generated: ([\w-]+) -->")
+
+
+@cache
+def result(name: str) -> dict[str, Any]:
+    """A committed result file, read once."""
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def interval(cell: dict[str, Any], signed: bool = False) -> str:
+    """``0.48 [0.41, 0.55]`` (``+0.11 [+0.03, +0.19]`` when signed) from a stats interval."""
+    fmt = "{:+.2f}" if signed else "{:.2f}"
+    return f"{fmt.format(cell['mean'])} [{fmt.format(cell['low'])}, {fmt.format(cell['high'])}]"
+
+
+def p_value(p: float) -> str:
+    """McNemar's p as the pages print it: three decimals, or ``p < 0.001``."""
+    return "p < 0.001" if p < 0.001 else f"p {p:.3f}"
+
+
+def _rate(cell: dict[str, Any]) -> str:
+    """``0.17 [0.10, 0.28]`` from a bench file's ``success`` / ``ci_low`` / ``ci_high``."""
+    return f"{cell['success']:.2f} [{cell['ci_low']:.2f}, {cell['ci_high']:.2f}]"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def demo_table() -> str:
+    """``make demo``'s closing table, from ``demo.json`` (``benchmarks/bench_demo.py``)."""
+    rows = []
+    for env_id, env in result("demo.json")["envs"].items():
+        with_minus_before = {
+            "mean": env["difference"],
+            "low": env["difference_ci_low"],
+            "high": env["difference_ci_high"],
+        }
+        rows.append(
+            [
+                env_id,
+                _rate(env["before_training"]),
+                _rate(env["after_without_experience"]),
+                _rate(env["after_with_experience"]),
+                interval(with_minus_before, signed=True),
+                interval(env["with_minus_without_experience"], signed=True),
+                str(env["episodes"]),
+            ]
+        )
+    head = [
+        "env id",
+        "before training",
+        "after, without experience",
+        "after, with experience",
+        "with experience - before",
+        "with - without experience (not a lesson effect: see below)",
+        "episodes",
+    ]
+    return _table(head, rows)
+
+
+#: ``paper_table.json``'s method keys -> the names the pages use.
+TRAINER_NAMES = {
+    "untrained": "untrained",
+    "grpo": "GRPO",
+    "static_experience": "static experience",
+    "experience_only": "experience-only",
+    "complementary": "Complementary RL",
+}
+
+
+def trainers_demo_task_table() -> str:
+    """The five trainers on the demo's task (``paper_table.json``, ``bench_trainers.py``)."""
+    by_method: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in result("paper_table.json")["table"]:
+        by_method.setdefault(row["method"], {})[row["mode"]] = row
+
+    def cells(row: dict[str, Any] | None) -> tuple[str, str, str]:
+        if row is None:
+            return "", "", ""
+        seeds = ", ".join(f"{row['per_seed'][s]['mean']:.2f}" for s in sorted(row["per_seed"]))
+        paper = "" if row["paper"] is None else f"{row['paper']:.2f}"
+        return interval(row["pooled"]), seeds, paper
+
+    rows = []
+    for method, modes in by_method.items():
+        without, seeds_without, paper_without = cells(modes.get("without_experience"))
+        with_, seeds_with, paper_with = cells(modes.get("with_experience"))
+        seeds = "; ".join(s for s in (seeds_without, seeds_with) if s)
+        paper = " / ".join(p or "–" for p in (paper_without, paper_with) if with_ or p)
+        rows.append([TRAINER_NAMES[method], without, with_, seeds, paper])
+    head = [
+        "method",
+        "without experience",
+        "with experience",
+        "per seed (without; with)",
+        "paper (without / with)",
+    ]
+    return _table(head, rows)
+
+
+def memory_paper_table() -> str:
+    """The paper's table on the memory family (``comprl-gym table``'s own Markdown)."""
+    return method_table_markdown(result("extractor_memory_table.json")).rstrip("\n")
+
+
+def memory_base_rates_table() -> str:
+    """Base rates on the 64 held-out dungeons (``benchmarks/bench_memory_family.py``)."""
+    variants = result("memory_family.json")["variants"]
+    names = {
+        "random": "random",
+        "walk_east": "always east (blind to the side)",
+        "expert": "expert (knows the side)",
+    }
+    rows = []
+    agents = [a for a in variants["fork"] if a in variants["landmark"]]
+    for agent in agents:
+        cells = [variants[v][agent] for v in ("fork", "landmark")]
+        rows.append(
+            [names.get(agent, f"untrained ({cells[0]['agent']})")]
+            + [f"{c['rate']:.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" for c in cells]
+            + [str(cells[0]["episodes"])]
+        )
+    return _table(["agent", "Fork", "Landmark", "episodes"], rows)
+
+
+#: The three runs on the 256-dungeon ``test_large`` pool, in the order the page discusses them.
+LARGE_RUNS = ("reader_coin_large", "reader_coin_large_seed1", "mismatched_large")
+
+
+def streaming_large_table() -> str:
+    """Paired differences of the 256-dungeon streaming runs (``bench_experience_transfer.py``)."""
+
+    def diff(cell: dict[str, Any] | None, with_p: bool = False) -> str:
+        if cell is None:
+            return "(not run)"
+        text = interval(cell["difference"], signed=True)
+        return f"{text}, {p_value(cell['mcnemar_p'])}" if with_p else text
+
+    rows = []
+    for run in LARGE_RUNS:
+        data = result(f"experience_transfer_streaming_{run}.json")
+        summary, placebo = data["summary"], data["minus_placebo"]
+
+        def minus_none(arm: str, summary=summary) -> str:
+            return diff(summary[arm]["minus_none"]["all"] if arm in summary else None)
+
+        rows.append(
+            [
+                f"`{run}` ({data['held_out_pool']}, {len(data['held_out_dungeons'])} dungeons)",
+                minus_none("oracle"),
+                minus_none("inverted"),
+                minus_none("placebo"),
+                diff(summary["none"]["minus_visit_1"]["3"]),
+                diff(summary["exemplar"]["minus_visit_1"]["3"]),
+                diff(summary["exemplar"]["minus_none"]["3"]),
+                diff(placebo["exemplar"]["2"], with_p=True),
+                diff(placebo["exemplar"]["3"], with_p=True),
+            ]
+        )
+    head = [
+        "run (pool)",
+        "oracle minus none",
+        "inverted minus none",
+        "placebo minus none",
+        "none, visit 3 minus visit 1",
+        "exemplar, visit 3 minus visit 1",
+        "exemplar minus none, visit 3",
+        "exemplar minus placebo, visit 2",
+        "exemplar minus placebo, visit 3",
+    ]
+    return _table(head, rows)
+
+
+def glance_table(pages: str = "docs/results/") -> str:
+    """The README's one results table: the memory family's methods and the demo's row, each
+    linking to its results page (``pages``: where those lie, seen from the page printing it)."""
+    memory = result("extractor_memory_table.json")
+    study = f"[memory family]({pages}memory-paper-table.md)"
+    rows = []
+    for row in memory["rows"]:
+        last = row["last_visit"]
+        grpo = row["versus"].get("GRPO")
+        versus = "–"
+        if grpo is not None:
+            cell = grpo["this_minus_that"][last]
+            versus = f"{interval(cell['difference'], True)}, {p_value(cell['mcnemar_p'])}"
+        rows.append(
+            [
+                study,
+                row["method"],
+                interval(row["success"][row["deployed_arm"]][last]),
+                versus,
+            ]
+        )
+    for env in result("demo.json")["envs"].values():
+        after = env["after_with_experience"]
+        method = "Complementary RL, after training, with lessons"
+        rows.append([f"[the demo]({pages}demo.md)", method, _rate(after), "–"])
+    head = ["study", "method", "success [95% interval]", "minus GRPO (paired, McNemar p)"]
+    return _table(head, rows)
+
+
+def exemplar_history_table() -> str:
+    """Where the exemplar memory's visit-3 gain comes from (``reader_coin_large``): the dungeons
+    its arm won on an earlier visit (it shows them their own winning moves) and the ones it
+    never won (it shows them a neighbour's record), each arm's visit-3 wins on those dungeons.
+    """
+    rows = []
+    for run in LARGE_RUNS[:2]:
+        episodes = result(f"experience_transfer_streaming_{run}.json")["episodes"]
+        won = {(e["arm"], e["task_index"], e["visit"]): bool(e["won"]) for e in episodes}
+        tasks = sorted({e["task_index"] for e in episodes})
+        arms = [a for a in ("exemplar", "none", "placebo", "oracle") if (a, tasks[0], 3) in won]
+        earlier = [t for t in tasks if won[("exemplar", t, 1)] or won[("exemplar", t, 2)]]
+        groups = {
+            "won at visit 1 or 2": earlier,
+            "never won before": sorted(set(tasks) - set(earlier)),
+        }
+        for label, group in groups.items():
+            cells = []
+            for arm in ("exemplar", "none", "placebo", "oracle"):
+                wins = sum(won[(arm, t, 3)] for t in group) if arm in arms else None
+                cells.append("(not run)" if wins is None else f"{wins} ({wins / len(group):.2f})")
+            rows.append([f"`{run}`", f"{label} by the exemplar arm", str(len(group)), *cells])
+    head = ["run", "dungeons", "count", "exemplar", "none", "placebo", "oracle"]
+    return _table(head, rows)
+
+
+#: The stem runs whose held-out lessons are counted by side, seeds 0, 1, 2 of each method.
+STEM_RUNS = {"static experience": "stem_static", "Complementary RL": "stem_complementary"}
+
+
+def stem_sides_table() -> str:
+    """Which side the stem extractor's held-out lessons name, per seed (its ``own`` store)."""
+    rows = []
+    for method, stem in STEM_RUNS.items():
+        for seed, suffix in enumerate(("", "_seed1", "_seed2")):
+            texts = result(f"extractor_memory_{stem}{suffix}.json")["store_texts"]["own"]
+            sides = [re.search(r"the (east|west) branch", t) for t in texts]
+            counts = {
+                side: sum(1 for m in sides if m and m.group(1) == side) for side in ("east", "west")
+            }
+            rows.append(
+                [method, str(seed), str(len(texts)), str(counts["east"]), str(counts["west"])]
+            )
+    return _table(["method", "seed", "held-out lessons", "name east", "name west"], rows)
+
+
+def complementary_per_seed_table() -> str:
+    """Each method's deployed arm minus static experience's, per seed (the table's ``per_seed``)."""
+    rows = []
+    for row in result("extractor_memory_table.json")["rows"]:
+        static = row["versus"].get("static experience")
+        if static is None:
+            continue
+        last = row["last_visit"]
+        cells = [
+            f"{interval(c[last]['difference'], True)}, {p_value(c[last]['mcnemar_p'])}"
+            for _, c in sorted(static["per_seed"].items())
+        ]
+        rows.append([row["method"], *cells])
+    head = ["method", *(f"seed {s}" for s in sorted(static["per_seed"]))]
+    return _table(head, rows)
+
+
+def experience_use_table() -> str:
+    """Untrained SmolLM2 with no, a correct and a misleading lesson (``experience_use.json``)."""
+    cells: dict[tuple[str, float], dict[str, dict[str, Any]]] = {}
+    for cell in result("experience_use.json")["cells"]:
+        cells.setdefault((cell["env_id"], cell["temperature"]), {})[cell["condition"]] = cell
+
+    def lesson(cell: dict[str, Any] | None) -> str:
+        if cell is None:
+            return "(not run)"
+        return f"{_rate(cell)}; {interval(cell['difference_vs_none'], signed=True)}"
+
+    rows = [
+        [
+            f"`{env_id}`",
+            f"{temperature:g}",
+            _rate(by["none"]) if "none" in by else "(not run)",
+            lesson(by.get("correct")),
+            lesson(by.get("misleading")),
+            str(by.get("none", {}).get("episodes", "")),
+        ]
+        for (env_id, temperature), by in cells.items()
+    ]
+    head = [
+        "env id",
+        "temperature",
+        "no lesson",
+        "correct lesson; minus none",
+        "misleading lesson; minus none",
+        "episodes",
+    ]
+    return _table(head, rows)
+
+
+def _quoted_figures(node: Any, intervals: set, p_values: set) -> None:
+    """Every interval (``mean``/``low``/``high`` and the benches' other spellings) and every
+    p-value anywhere in a result file's JSON."""
+    if isinstance(node, list):
+        for value in node:
+            _quoted_figures(value, intervals, p_values)
+        return
+    if not isinstance(node, dict):
+        return
+    for keys in INTERVAL_KEYS:
+        values = [node.get(key) for key in keys]
+        if all(isinstance(v, int | float) for v in values):
+            intervals.add(tuple(values))
+    if isinstance(node.get("rate"), int | float) and isinstance(node.get("ci95"), list):
+        intervals.add((node["rate"], *node["ci95"]))
+    for key, value in node.items():
+        if (key == "p" or key.endswith("_p")) and isinstance(value, int | float):
+            p_values.add(value)
+        _quoted_figures(value, intervals, p_values)
+
+
+#: How the result files spell an interval: (estimate, low, high) keys of one dict.
+INTERVAL_KEYS = (
+    ("mean", "low", "high"),
+    ("success", "ci_low", "ci_high"),
+    ("difference", "difference_ci_low", "difference_ci_high"),
+)
+#: ``0.48 [0.41, 0.55]`` or ``+0.11 [+0.03, +0.19]`` as the pages print an interval.
+QUOTED_INTERVAL = re.compile(r"([+-]?\d+\.\d+)\s+\[([+-]?\d+\.\d+),\s+([+-]?\d+\.\d+)\]")
+#: ``p 0.014`` as the pages print McNemar's p (``p < 0.001`` is a bound, not a figure).
+QUOTED_P = re.compile(r"\bp\s+(\d\.\d+)\b")
+
+
+def unsupported_figures(text: str, results: Path = RESULTS) -> list[str]:
+    """The intervals and p-values ``text`` prints that no file under ``results`` holds (each
+    compared at the number of decimals printed). A figure no file holds cannot be printed.
+
+    >>> unsupported_figures("GRPO 0.48 [0.41, 0.55]; made up: 0.99 [0.12, 0.13], p 0.0123")
+    ['0.99 [0.12, 0.13]', 'p 0.0123']
+    """
+    intervals, p_values = _figures_in(results)
+    wrong = []
+    for match in QUOTED_INTERVAL.finditer(text):
+        printed = tuple(float(x) for x in match.groups())
+        places = len(match.group(1).split(".")[1])
+        if not any(
+            all(round(v, places) == p for v, p in zip(held, printed, strict=True))
+            for held in intervals
+        ):
+            wrong.append(" ".join(match.group(0).split()))
+    for match in QUOTED_P.finditer(text):
+        places = len(match.group(1).split(".")[1])
+        if not any(round(v, places) == float(match.group(1)) for v in p_values):
+            wrong.append(" ".join(match.group(0).split()))
+    return wrong
+
+
+@cache
+def _figures_in(results: Path) -> tuple[set, set]:
+    intervals: set = set()
+    p_values: set = set()
+    for path in sorted(results.glob("*.json")):
+        _quoted_figures(json.loads(path.read_text(encoding="utf-8")), intervals, p_values)
+    return intervals, p_values
+
+
+#: Table name -> its renderer.
+TABLES: dict[str, Callable[[], str]] = {
+    "envs": markdown_table,
+    "demo": demo_table,
+    "trainers-demo-task": trainers_demo_task_table,
+    "memory-paper-table": memory_paper_table,
+    "memory-base-rates": memory_base_rates_table,
+    "streaming-large": streaming_large_table,
+    "exemplar-history": exemplar_history_table,
+    "stem-sides": stem_sides_table,
+    "complementary-per-seed": complementary_per_seed_table,
+    "experience-use": experience_use_table,
+    "glance": glance_table,
+    "glance-docs": lambda: glance_table(pages=""),
+}
+
+
+def render(text: str) -> str:
+    """``text`` with every marked part regenerated."""
+    names = OPENING.findall(text)
+    closed = [m.group("name") for m in MARKED.finditer(text)]
+    if names != closed:
+        raise SystemExit(f"unclosed generated part(s): {sorted(set(names) - set(closed))}")
+    unknown = sorted(set(names) - set(TABLES))
+    if unknown:
+        raise SystemExit(f"unknown generated table(s) {unknown}; known: {sorted(TABLES)}")
+    return MARKED.sub(lambda m: m.group(1) + TABLES[m.group("name")]() + "\n" + m.group(4), text)
+
+
+def pages() -> list[Path]:
+    """The README and every docs page."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def main(argv: list[str]) -> int:
+    stale = []
+    for page in pages():
+        current = page.read_text(encoding="utf-8")
+        updated = render(current)
+        if updated == current:
+            continue
+        stale.append(page.relative_to(ROOT).as_posix())
+        if "--check" not in argv:
+            atomic_write_text(page, updated)
+    if stale and "--check" in argv:
+        print(f"stale generated tables in {', '.join(stale)}: run `make readme`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
