@@ -170,8 +170,8 @@ def _own_lessons(trainer: Any) -> Any:
 
         def own(store: Any) -> Any:
             def learn(episode: Any) -> None:
-                extractor.manager = store
-                extractor.write(episode, actor_step=trainer.iteration)
+                # into=: the arm's store, never the run's (whose credit the extractor keeps)
+                extractor.write(episode, actor_step=trainer.iteration, into=store)
 
             return learn
 

@@ -62,13 +62,12 @@ from comprl_gym.evaluation.streaming import (
     Arm,
     plot_streaming,
     run_streaming,
-    store_verdicts,
     streaming_markdown,
     streaming_summary,
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager
 from comprl_gym.experience.memories import MEMORIES, memory_named
-from comprl_gym.families import FamilySpec, family_spec
+from comprl_gym.families import FamilySpec, family_spec, verdict_counts
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import Trajectory, append_jsonl
 from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
@@ -302,7 +301,7 @@ def run_stream(
     summary["streaming"] = streaming_summary(records)
     if family is not None and family.lesson_judge:
         summary["store_verdicts"] = {
-            name: store_verdicts(family.judge, lessons) for name, lessons in texts.items()
+            name: verdict_counts(family, lessons) for name, lessons in texts.items()
         }
     write_run(out, records, summary)
     atomic_write_text(out / SUMMARY_MD, summary_markdown(summary) + stream_markdown(summary))

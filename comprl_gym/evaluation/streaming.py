@@ -276,35 +276,6 @@ def _by_task(outcomes: dict[tuple, float]) -> dict[int, float]:
     return {task: won for (task, _), won in outcomes.items()}
 
 
-#: What a family's lesson judge can say of a store's lesson, and ``no_task``: it names none
-#: of the family's tasks (:class:`~comprl_gym.families.LessonVerdict`).
-VERDICTS = ("right", "wrong", "both", "neither", "no_task")
-
-
-def store_verdicts(judge: Callable[[str], Any], texts: Sequence[str]) -> dict[str, int]:
-    """How many of a store's lessons state their task's fact rightly, wrongly, both ways or
-    not at all, by the family's ``judge`` (:meth:`~comprl_gym.families.FamilySpec.judge`):
-    whether a memory writes the one fact a later visit needs, whatever the actor then does.
-
-    Example (a judge that knows one task, 7, whose answer is west):
-        >>> from comprl_gym.families import LessonVerdict
-        >>> def judge(text):
-        ...     if "Vault" not in text:
-        ...         return LessonVerdict(None, "neither")
-        ...     return LessonVerdict(7, "right" if "west" in text else "wrong")
-        >>> store_verdicts(judge, ["Vault: go west", "Vault: go east", "a cave"])
-        {'right': 1, 'wrong': 1, 'both': 0, 'neither': 0, 'no_task': 1}
-    """
-    counts = dict.fromkeys(VERDICTS, 0)
-    for text in texts:
-        verdict = judge(text)
-        label = "no_task" if verdict.task_id is None else verdict.verdict
-        if label not in counts:
-            raise ValueError(f"a lesson judge answered {label!r}; verdicts are {VERDICTS}")
-        counts[label] += 1
-    return counts
-
-
 def _cell(ci: dict[str, Any]) -> str:
     if not ci.get("n") or ci["mean"] != ci["mean"]:  # no episodes, or NaN
         return "n/a"

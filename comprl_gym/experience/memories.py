@@ -78,13 +78,7 @@ class ExemplarMemory:
         if lesson is None:
             self.declined += 1
             return []
-        provenance = Provenance(
-            task_ids=(episode.task_id,),
-            trajectory_ids=(episode.episode_id,),
-            actor_step=actor_step,
-            policy_version=self.name,
-            env_family=episode.env_family,
-        )
+        provenance = Provenance.of_episode(episode, actor_step, self.name)
         return [int(i) for i in manager.add([lesson], provenance)]
 
     def state_dict(self) -> dict[str, int]:

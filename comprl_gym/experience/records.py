@@ -116,6 +116,25 @@ class Provenance:
     policy_version: str = ""
     env_family: str | None = None
 
+    @classmethod
+    def of_episode(cls, episode: Any, actor_step: int, policy_version: str) -> Provenance:
+        """The provenance of a lesson written from one finished episode (a
+        :class:`~comprl_gym.rollouts.Trajectory`: its task, id and family).
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> episode = SimpleNamespace(task_id="room-1", episode_id="it3-0", env_family="minihack")
+            >>> Provenance.of_episode(episode, 3, "exemplar").trajectory_ids
+            ('it3-0',)
+        """
+        return cls(
+            task_ids=(episode.task_id,),
+            trajectory_ids=(episode.episode_id,),
+            actor_step=actor_step,
+            policy_version=policy_version,
+            env_family=episode.env_family,
+        )
+
 
 @dataclass
 class Retrieved:

@@ -316,13 +316,7 @@ class ExperienceExtractor:
         trains = manager is self.manager
         counts = self.counts if trains else ExtractorCounts()
         counts.extractions += 1
-        provenance = Provenance(
-            task_ids=(episode.task_id,),
-            trajectory_ids=(episode.episode_id,),
-            actor_step=actor_step,
-            policy_version=f"extractor-update-{self.updates}",
-            env_family=episode.env_family,
-        )
+        provenance = Provenance.of_episode(episode, actor_step, f"extractor-update-{self.updates}")
         shown = self.shown_experiences(episode, manager) if self.format.uses_shown else []
         draft = self.format.reply(self, episode, shown, self.settings.extractor_transcript_chars)
         if draft.operations is None:  # unreadable
