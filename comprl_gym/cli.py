@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--split",
         default=None,
         help="the held-out pool, passed as the env's split argument (memory family: test, "
-        "test_large)",
+        "test_large; sealed only for issue 44's pre-registered final table)",
     )
     p.add_argument(
         "--tasks", type=int, required=True, help="held-out tasks: reset seeds 0..N-1 of the pool"

@@ -7,8 +7,11 @@ NetHack reaches the stairs.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -26,8 +29,10 @@ from comprl_gym.envs.memory import (
     inverted_rule_lesson,
     oracle_lesson,
     placebo_lesson,
+    pool,
     rule_lesson,
 )
+from comprl_gym.envs.memory.dungeons import slug
 
 IDS = ("comprl/Memory-Fork-v0", "comprl/Memory-Landmark-v0")
 SIDE_WORDS = ("east", "west")
@@ -163,7 +168,7 @@ def test_the_landmark_marks_the_stairs_side():
     assert kinds == {"fountain", "neutral altar", "sink", "grave"}
 
 
-@pytest.mark.parametrize("held_out_split", ["test", "test_large"])
+@pytest.mark.parametrize("held_out_split", ["test", "test_large", "sealed"])
 def test_the_held_out_pool_is_never_reached_from_the_training_pool(held_out_split):
     train = make("comprl/Memory-Fork-v0", split="train")
     seeds = [*range(2 * len(SPLITS["train"])), 2**31 - 2, 10**9 + 7, 123456789]
@@ -197,6 +202,61 @@ def test_the_large_held_out_pool_shares_no_name_word_and_left_the_first_256_as_t
     assert dungeon(0).name == "the Barrow of Frost"
 
 
+#: sha256 of json.dumps([(index, name, side, landmark, landmark_row) for dungeons 0..511]),
+#: computed from the module at commit b85f911, before the ``sealed`` pool was added.
+DUNGEONS_0_511_SHA256 = "04bfe2446167afdf4fff92e556d21ba0c0cef713b718a727a20c0e30b04996b4"
+
+
+def _name_words(indices) -> set[str]:
+    return {w for i in indices for w in DUNGEON_NAMES[i].split() if w not in ("the", "of")}
+
+
+def test_the_sealed_pool_shares_no_name_word_and_left_the_first_512_as_they_were():
+    assert SPLITS["sealed"] == pool("sealed") == range(512, 768)
+    others = set().union(*(_name_words(SPLITS[s]) for s in SPLITS if s != "sealed"))
+    assert not _name_words(SPLITS["sealed"]) & others
+    assert len(_name_words(SPLITS["sealed"])) == 32
+    # No shared index between any two pools (train and test share words by design).
+    for a in SPLITS:
+        for b in SPLITS:
+            if a < b:
+                assert not set(SPLITS[a]) & set(SPLITS[b]), (a, b)
+    sides = [dungeon(i).side for i in SPLITS["sealed"]]
+    assert sides.count("east") == sides.count("west") == 128
+    assert {dungeon(i).split for i in SPLITS["sealed"]} == {"sealed"}
+    # Dungeons 0..511 (names, sides, landmarks) exactly as before the sealed pool existed.
+    rows = [(d.index, d.name, d.side, d.landmark, d.landmark_row) for d in map(dungeon, range(512))]
+    assert hashlib.sha256(json.dumps(rows).encode()).hexdigest() == DUNGEONS_0_511_SHA256
+    assert rows[0] == (0, "the Barrow of Frost", "west", "ALTAR", "north")
+    assert rows[255] == (255, "the Cellar of Ash", "west", "SINK", "south")
+    assert rows[256] == (256, "the Mire of Pearls", "east", "FOUNTAIN", "north")
+    assert rows[511] == (511, "the Mire of Storms", "east", "FOUNTAIN", "north")
+
+
+def test_nothing_committed_in_development_uses_the_sealed_pool():
+    """``sealed`` is reserved for issue 44's one final, pre-registered table: no committed
+    result names one of its dungeons and no config selects it."""
+    root = Path(__file__).resolve().parents[1]
+    sealed_pairs = {tuple(slug(DUNGEON_NAMES[i]).split("-of-")) for i in SPLITS["sealed"]}
+    assert len(sealed_pairs) == 256
+    pair = re.compile(r"\b([a-z]+)[-\s]+of[-\s]+([a-z]+)\b")
+    files = [p for p in (root / "benchmarks" / "results").rglob("*") if p.is_file()]
+    texts = [p for p in files if p.suffix in (".json", ".md", ".txt", ".yaml", ".yml")]
+    assert any(p.suffix == ".json" for p in texts)
+    for path in texts:
+        found = set(pair.findall(path.read_text(errors="replace").lower())) & sealed_pairs
+        assert not found, f"{path} names sealed dungeons: {sorted(found)[:5]}"
+    uses_sealed = re.compile(r"""split["']?\s*[:=]\s*["']?sealed\b|--split[\s=]+sealed\b""")
+    configs = [p for p in (root / "configs").rglob("*") if p.is_file()]
+    assert configs
+    for path in configs:
+        assert not uses_sealed.search(path.read_text(errors="replace")), path
+    # The checks catch what they look for.
+    assert set(pair.findall("fork/" + slug(dungeon(600).name))) & sealed_pairs
+    assert set(pair.findall(dungeon(600).name.lower())) & sealed_pairs
+    assert uses_sealed.search("comprl/Memory-Fork-v0: {split: sealed, moves: open}")
+
+
 def test_a_dungeon_recurs_and_the_same_seed_plays_the_same_episode():
     a = make("comprl/Memory-Fork-v0", split="test")
     b = make("comprl/Memory-Fork-v0", split="test")
@@ -217,7 +277,7 @@ def test_sides_are_balanced_and_names_never_give_them_away():
     for split, indices in SPLITS.items():
         sides = [dungeon(i).side for i in indices]
         assert sides.count("east") == sides.count("west"), split
-    assert len(set(DUNGEON_NAMES)) == len(DUNGEON_NAMES) == 512
+    assert len(set(DUNGEON_NAMES)) == len(DUNGEON_NAMES) == 768
     for name in DUNGEON_NAMES:
         assert not any(
             word in name.lower() for word in (*DIRECTION_WORDS, "stair", "left", "right")

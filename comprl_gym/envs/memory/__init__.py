@@ -12,8 +12,10 @@ task pools and the lesson helpers, :mod:`.env` for the env, :mod:`.expert` for t
 * ``comprl/Memory-Landmark-v0`` (rule): a fountain, altar, sink or grave beside the start
   always marks the stairs' side; a lesson stating the rule transfers to unseen dungeons.
 
-Both take ``split="train"`` (dungeons 0-191, the default) or ``split="test"`` (192-255, held
-out): disjoint pools, whatever the seed or ``task_id`` option.
+Both take ``split="train"`` (dungeons 0-191, the default), ``split="test"`` (192-255, held
+out), ``split="test_large"`` (256-511, held out) or ``split="sealed"`` (512-767, reserved for
+issue 44's one final, pre-registered table: see :func:`.dungeons.pool`): disjoint pools,
+whatever the seed or ``task_id`` option.
 
 This is its own family, not part of ``minihack``, though the env is a
 :class:`~comprl_gym.envs.minihack.env.MiniHackTextEnv`: its expert is an oracle of the hidden

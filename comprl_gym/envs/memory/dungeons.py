@@ -24,7 +24,11 @@ into it, so only the first choice of side matters.
 Task pools (``split``): dungeon indices ``0..191`` are the ``train`` pool and ``192..255`` the
 ``test`` (held-out) pool. ``256..511`` are ``test_large``, a second held-out pool of 256
 dungeons whose names share no word with any other pool's (added 2026-12-03 for evaluations
-that need more held-out tasks than 64: the dungeons 0..255 are unchanged). The pools are
+that need more held-out tasks than 64: the dungeons 0..255 are unchanged). ``512..767`` are
+``sealed``, 256 dungeons whose names share no word with any other pool's, reserved for issue
+44's one final, pre-registered table: nothing in development may use them, and the
+pre-registration file must be committed before any run on them (added 2026-12-04: the
+dungeons 0..511 are unchanged). The pools are
 disjoint by construction: an env of one split maps every seed into its own index range and
 refuses a ``task_id`` of another.
 
@@ -49,7 +53,7 @@ from comprl_gym.core import ConfigurationError
 from comprl_gym.families import LessonStem
 
 #: Bump when the generated dungeons change (names, sides, landmarks, des-files). Adding the
-#: ``test_large`` pool did not: dungeons 0..255 are as they were.
+#: ``test_large`` and ``sealed`` pools did not: the earlier dungeons are as they were.
 GENERATOR_VERSION = 1
 VARIANTS: tuple[str, ...] = ("fork", "landmark")
 SIDES: tuple[str, ...] = ("east", "west")
@@ -145,6 +149,46 @@ _LARGE_THINGS = [
 ]
 
 
+#: The ``sealed`` pool's words: none is a word of the lists above (added for issue 44's final
+#: table; see :func:`pool`).
+_SEALED_PLACES = [
+    "Lair",
+    "Mausoleum",
+    "Ruins",
+    "Dome",
+    "Fortress",
+    "Burrow",
+    "Chapel",
+    "Hive",
+    "Kiln",
+    "Mines",
+    "Oubliette",
+    "Rookery",
+    "Sump",
+    "Terrace",
+    "Den",
+    "Gaol",
+]
+_SEALED_THINGS = [
+    "Moths",
+    "Lichen",
+    "Brambles",
+    "Tallow",
+    "Hounds",
+    "Jade",
+    "Onyx",
+    "Mist",
+    "Owls",
+    "Rain",
+    "Bells",
+    "Coal",
+    "Spiders",
+    "Sulphur",
+    "Quills",
+    "Ivy",
+]
+
+
 def _names(places: list[str], things: list[str]) -> tuple[str, ...]:
     names = [f"the {place} of {thing}" for place in places for thing in things]
     # A fixed order that mixes the words, the same in every Python version.
@@ -152,15 +196,22 @@ def _names(places: list[str], things: list[str]) -> tuple[str, ...]:
 
 
 #: Every dungeon's name; a dungeon's index is its position here. The ``test_large`` names come
-#: after the first 256, so adding them left every earlier dungeon's index, side and landmark
-#: as they were.
-DUNGEON_NAMES: tuple[str, ...] = _names(_PLACES, _THINGS) + _names(_LARGE_PLACES, _LARGE_THINGS)
+#: after the first 256 and the ``sealed`` names after the first 512, so adding them left every
+#: earlier dungeon's index, side and landmark as they were (sides are balanced within each
+#: pool, see :func:`_balanced_sides`).
+DUNGEON_NAMES: tuple[str, ...] = (
+    _names(_PLACES, _THINGS)
+    + _names(_LARGE_PLACES, _LARGE_THINGS)
+    + _names(_SEALED_PLACES, _SEALED_THINGS)
+)
 N_DUNGEONS = len(DUNGEON_NAMES)
-#: Dungeon indices of each pool: disjoint ranges.
+#: Dungeon indices of each pool: disjoint ranges. ``sealed`` is reserved for issue 44's one
+#: final, pre-registered table: nothing in development may use it (see :func:`pool`).
 SPLITS: dict[str, range] = {
     "train": range(0, 192),
     "test": range(192, 256),
-    "test_large": range(256, N_DUNGEONS),
+    "test_large": range(256, 512),
+    "sealed": range(512, N_DUNGEONS),
 }
 
 
@@ -210,7 +261,7 @@ class Dungeon:
 
     @property
     def split(self) -> str:
-        """The pool the dungeon belongs to: ``train``, ``test`` or ``test_large``."""
+        """The pool the dungeon belongs to: ``train``, ``test``, ``test_large`` or ``sealed``."""
         return next(name for name, pool in SPLITS.items() if self.index in pool)
 
     def task_id(self, variant: str) -> str:
@@ -247,11 +298,18 @@ def dungeon(task: int | str) -> Dungeon:
 
 
 def pool(split: str) -> range:
-    """Dungeon indices of ``split`` (``"train"``, ``"test"`` or ``"test_large"``).
+    """Dungeon indices of ``split`` (``"train"``, ``"test"``, ``"test_large"`` or ``"sealed"``).
+
+    ``"sealed"`` (dungeons 512..767, names sharing no word with any other pool's) is reserved
+    for one final, pre-registered table (issue 44): nothing in development may use it (no
+    committed result under ``benchmarks/results/`` names a sealed dungeon and no config in
+    ``configs/`` selects it; ``tests/test_memory_family.py`` checks both), and the
+    pre-registration file (the table's exact command, methods, seeds, pool and primary
+    comparison) must be committed before any run on it.
 
     Example:
-        >>> pool("train"), pool("test"), pool("test_large")
-        (range(0, 192), range(192, 256), range(256, 512))
+        >>> pool("train"), pool("test"), pool("test_large"), pool("sealed")
+        (range(0, 192), range(192, 256), range(256, 512), range(512, 768))
     """
     if split not in SPLITS:
         raise ConfigurationError(f"split must be one of {sorted(SPLITS)}, got {split!r}")

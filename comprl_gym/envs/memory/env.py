@@ -67,9 +67,11 @@ class MemoryTextEnv(MiniHackTextEnv):
     Args:
         variant: ``"fork"`` (recall: nothing in the observation tells the sides apart) or
             ``"landmark"`` (rule: a landmark beside the start marks the stairs' side).
-        split: ``"train"`` (dungeons 0-191), ``"test"`` (the held-out dungeons 192-255) or
+        split: ``"train"`` (dungeons 0-191), ``"test"`` (the held-out dungeons 192-255),
             ``"test_large"`` (256 more held-out dungeons, 256-511, whose names share no word
-            with the other pools'). An env of one split never plays a dungeon of another.
+            with the other pools') or ``"sealed"`` (256 more, 512-767, reserved for issue
+            44's one final, pre-registered table: see :func:`.dungeons.pool`). An env of one
+            split never plays a dungeon of another.
         branch_length: steps from the start to the stairs (default 3).
         max_steps: step limit (default ``branch_length + 2``: two spare steps).
         moves: which moves ``info["admissible_actions"]`` and the observation's "Allowed
