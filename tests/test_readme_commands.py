@@ -212,6 +212,12 @@ OPTIONS: dict[str, Callable[[list[str]], list[str]]] = {
     # serve: loopback on a free port, a short idle timeout; the rest as written.
     "--host": lambda values: ["127.0.0.1"],
     "--port": lambda values: [str(_free_port())],
+    # stream: a few tasks and two visits (a later visit is what a memory changes)
+    "--env": keep,
+    "--split": keep,
+    "--tasks": lambda values: ["2"],
+    "--visits": lambda values: ["2"],
+    "--arms": keep,
     "--max-sessions": keep,
     "--idle-timeout": keep,
     "--env-arg": keep,
@@ -225,6 +231,7 @@ SUBCOMMAND_DEFAULTS: dict[str, dict[str, str | None]] = {
     "eval --suite": {"--no-progress": None},
     "run": {"--episodes": "1"},
     "validate": {"--no-progress": None},
+    "stream": {"--max-steps": "2", "--no-progress": None},
 }
 
 #: Flags that mean every registered id -> the fast ids the case validates instead (the whole
@@ -710,6 +717,25 @@ def serve_until_healthy(argv: list[str], cwd: Path) -> dict:
         process.wait(timeout=60)
 
 
+def check_stream(shrunk, proc, work):
+    args = _parsed(shrunk)
+    out = work / args.output_dir
+    summary = json.loads((out / "summary.json").read_text())
+    arms = args.arms.split(",")
+    assert sorted(summary["streaming"]) == sorted(arms)
+    episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == args.tasks * args.visits * len(arms)
+    # common random numbers: every arm plays each (task, visit) on the same seeds
+    seeds: dict[tuple, set] = {}
+    for episode in episodes:
+        key = (episode["reset_seed"], episode["visit"])
+        seeds.setdefault(key, set()).add(episode["sampling_seed"])
+    assert len(seeds) == args.tasks * args.visits and all(len(s) == 1 for s in seeds.values())
+    assert (out / "stream.png").is_file() and (out / "provenance.json").is_file()
+    for arm in arms:
+        assert f"| {arm} |" in proc.stdout
+
+
 def check_serve(shrunk, health, work):
     served = [a for a in shrunk.argv[1:] if a.startswith("comprl/")]
     assert health["status"] == "healthy" and health["active_sessions"] == 0
@@ -725,6 +751,7 @@ CHECKS = {
     "leaderboard": check_leaderboard,
     "train": check_train,
     "validate": check_validate,
+    "stream": check_stream,
 }
 
 
@@ -777,7 +804,7 @@ def run_make_target(command: Command) -> None:
 # --------------------------------------------------------------------------------------------
 def _marks(command: Command) -> list[pytest.MarkDecorator]:
     # a model, training, or an env's full checks
-    marks = [SLOW] if command.subcommand in ("eval", "train", "validate") else []
+    marks = [SLOW] if command.subcommand in ("eval", "train", "validate", "stream") else []
     if "vllm:" in command.source:
         marks.append(pytest.mark.vllm)
     return marks
