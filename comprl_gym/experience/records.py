@@ -72,10 +72,6 @@ class Experience:
     def win_rate(self) -> float:
         return self.wins / self.uses if self.uses else 0.0
 
-    def usefulness(self, prior: tuple[float, float] = (1.0, 1.0)) -> float:
-        """The posterior mean of its win rate (:func:`posterior_win_rate`)."""
-        return posterior_win_rate(self.wins, self.uses, prior)
-
     @property
     def reward(self) -> float:
         """The paper's extractor reward over all uses so far: mean of +1 (won) / -1 (lost)."""

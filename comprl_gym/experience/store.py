@@ -174,18 +174,29 @@ class ExperienceStore:
             raise RuntimeError("index changes must be queued inside transaction()")
         self._pending_index_ops.append(op)
 
-    def _evict_over_cap(self, cursor: sqlite3.Cursor) -> list[int]:
+    def _evict_over_cap(self, cursor: sqlite3.Cursor) -> None:
         """Evict, inside the open transaction, the active lessons beyond ``max_entries`` that
-        ``eviction_policy`` ranks first; returns their ids."""
+        ``eviction_policy`` ranks first."""
+        ids = self._over_cap(cursor)
+        if ids:
+            self.remove(cursor, ids, "evict", {"policy": self.config.eviction_policy})
+
+    def _over_cap(
+        self, conn: sqlite3.Connection | sqlite3.Cursor, hidden: Sequence[int] = ()
+    ) -> list[int]:
+        """The active lessons, other than ``hidden`` (about to leave the index), that
+        ``eviction_policy`` evicts to bring the rest within ``max_entries``, in that order."""
         cfg = self.config
-        over = self.database.count_active(cursor) - cfg.max_entries if cfg.max_entries else 0
+        if not cfg.max_entries:
+            return []
+        over = self.database.count_active(conn) - len(hidden) - cfg.max_entries
         if over <= 0:
             return []
-        ids = self.database.eviction_candidates(
-            cursor, over, cfg.eviction_policy, cfg.usefulness_prior
+        skip = set(hidden)
+        ranked = self.database.eviction_candidates(
+            conn, over + len(skip), cfg.eviction_policy, cfg.usefulness_prior
         )
-        self.remove(cursor, ids, "evict", {"policy": cfg.eviction_policy})
-        return ids
+        return [i for i in ranked if i not in skip][:over]
 
     def _check_open(self) -> None:
         if self._closed:
@@ -304,20 +315,9 @@ class ExperienceStore:
     ) -> tuple[list[int], list[int]]:
         """``(expire, evict)``: the active lessons idle past ``expire_after_s`` at time ``now``,
         then those that ``eviction_policy`` evicts to bring the rest within ``max_entries``."""
-        cfg = self.config
-        expire = (
-            self.database.idle_since(conn, now - cfg.expire_after_s) if cfg.expire_after_s else []
-        )
-        if not cfg.max_entries:
-            return expire, []
-        over = self.database.count_active(conn) - len(expire) - cfg.max_entries
-        if over <= 0:
-            return expire, []
-        hidden = set(expire)
-        ranked = self.database.eviction_candidates(
-            conn, over + len(hidden), cfg.eviction_policy, cfg.usefulness_prior
-        )
-        return expire, [i for i in ranked if i not in hidden][:over]
+        after = self.config.expire_after_s
+        expire = self.database.idle_since(conn, now - after) if after else []
+        return expire, self._over_cap(conn, expire)
 
     def fold_into(self, cursor: sqlite3.Cursor, loser: int, keeper: int, status: str) -> bool:
         """Retire ``loser`` in favour of ``keeper`` (both must be active), which inherits its

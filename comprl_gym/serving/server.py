@@ -195,7 +195,7 @@ class _Connection:
     gone, and the session the server made for it (once made)."""
 
     def __init__(self) -> None:
-        self.gone = asyncio.Event()
+        self.gone = False
         self.session_id: str | None = None
         self.server: _EnvServer | None = None
 
@@ -238,11 +238,12 @@ class WatchDisconnects:
         async def pump() -> None:
             while True:
                 message = await receive()
-                if message["type"] == "websocket.disconnect":
-                    connection.gone.set()
+                gone = message["type"] == "websocket.disconnect"
+                if gone:
+                    connection.gone = True
                     connection.release()
                 await inbox.put(message)
-                if message["type"] == "websocket.disconnect":
+                if gone:
                     return
 
         reader = asyncio.ensure_future(pump())
@@ -267,7 +268,7 @@ class _EnvServer(HTTPEnvServer):
         connection = _CONNECTION.get()
         if connection is not None:
             connection.server, connection.session_id = self, session_id
-            if connection.gone.is_set():  # the client left while its env was being made
+            if connection.gone:  # the client left while its env was being made
                 connection.release()
         return session_id, env
 
