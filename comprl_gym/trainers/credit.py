@@ -42,10 +42,9 @@ Example (reward attribution from the store's tallies, no model needed):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
-#: The baseline of the extractor's advantage (``experience.extractor_baseline``).
-CreditRule = Literal["batch", "paired"]
+#: The baselines of the extractor's advantage (``experience.extractor_baseline``).
 CREDIT_RULES: tuple[str, ...] = ("batch", "paired")
 #: The fixed reward of a rejected answer (malformed, or below the quality gate): a failed
 #: use's outcome.

@@ -230,15 +230,10 @@ class ExperienceExtractor:
         self._merge_calls: list[Any] = []
         #: Per lesson id: (sum, count) of its uses' paired outcomes (:meth:`credit_uses`).
         self.paired_credit: dict[int, tuple[float, int]] = {}
-        #: One record per sample of every batch :meth:`train_step` saw: the ids it wrote, its
+        #: One record per sample of every batch :meth:`update` took: the ids it wrote, its
         #: advantage, whether the batch stepped, and its r under both baselines (``batch`` and
         #: ``paired``), so the rules can be compared on the same samples.
         self.batch_log: list[dict[str, Any]] = []
-
-    @property
-    def output_format(self) -> str:
-        """The name of the lesson format it writes in."""
-        return self.format.name
 
     @property
     def failed_writes(self) -> int:

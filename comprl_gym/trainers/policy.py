@@ -515,10 +515,9 @@ class PolicyOptimizer:
         atomic_write_bytes(path, data)
         return hashlib.sha256(data).hexdigest()
 
-    def load_weights(self, path: str | Path, setting: str = "init_weights") -> str:
-        """Copy a :meth:`save_weights` file into the trained parameters and return its sha256
-        (a run's ``provenance.json`` records it too). ``setting`` names the config key in
-        errors.
+    def load_weights(self, path: str | Path, setting: str = "init_weights") -> None:
+        """Copy a :meth:`save_weights` file into the trained parameters (a run's
+        ``provenance.json`` records its sha256). ``setting`` names the config key in errors.
 
         Raises:
             ConfigurationError: no such file, or it does not fit this model: its error names
@@ -528,9 +527,8 @@ class PolicyOptimizer:
         path = Path(path)
         if not path.is_file():
             raise ConfigurationError(f"{setting}: no file {path}")
-        data = path.read_bytes()
         try:
-            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # pickle, zip or torch errors: not a weights file
             raise ConfigurationError(f"{setting}: {path} is not a weights file ({exc})") from exc
         if not isinstance(state, dict):
@@ -560,7 +558,6 @@ class PolicyOptimizer:
         with torch.no_grad():
             for name, param in params.items():
                 param.copy_(state[name].to(param.device, param.dtype))
-        return hashlib.sha256(data).hexdigest()
 
     def state_dict(self) -> dict[str, Any]:
         return {

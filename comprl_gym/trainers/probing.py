@@ -28,11 +28,10 @@ class ExtractorWriter:
     """An extractor as a probe writer (``write(episode, step, into=store)``).
 
     It writes with the extractor's current weights and sampling settings into the store it is
-    given (``ExperienceExtractor.write(..., into=store)``), then puts back what writing changes
-    in the extractor: its pending training samples (a probe reply is no training sample: the
-    ids it wrote live in the scratch store), its counts and its sampling-seed counter. The
-    caller makes sure nothing else uses the extractor meanwhile (a trainer drains its
-    experience worker first).
+    given (``ExperienceExtractor.write(..., into=store)``, which keeps no training sample and
+    leaves the extractor's counts alone for a write elsewhere), then puts back the one thing
+    that writing elsewhere moves: the extractor's sampling-seed counter. The caller makes sure
+    nothing else uses the extractor meanwhile (a trainer drains its experience worker first).
     """
 
     def __init__(self, extractor: ExperienceExtractor, name: str = "extractor"):
@@ -42,13 +41,11 @@ class ExtractorWriter:
     def write(self, episode: Trajectory, actor_step: int, *, into: Any) -> list[int]:
         extractor = self.extractor
         with extractor.lock:
-            pending, generations = list(extractor.pending), extractor.generations
-            counts = extractor.counts.to_dict()
+            generations = extractor.generations
             try:
                 return extractor.write(episode, actor_step, into=into)
             finally:
-                extractor.pending, extractor.generations = pending, generations
-                extractor.counts = type(extractor.counts)(**counts)
+                extractor.generations = generations
 
 
 def probed_families(env_ids: list[str]) -> list[str]:
