@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import gymnasium as gym
 
 from comprl_gym.core import ConfigurationError
@@ -66,6 +68,17 @@ def add_family(module_name: str) -> FamilySpec:
     spec = add_family_module(module_name)
     register_envs()
     return spec
+
+
+def families_of(env_ids: Iterable[str]) -> list[str]:
+    """The families of ``env_ids``, each once, in the order the ids first name them; ids of no
+    known family (a served env, say) are left out.
+
+    Example:
+        >>> families_of(["comprl/Memory-Fork-v0", "comprl/WebShop-v0", "comprl/Memory-Landmark-v0"])
+        ['memory', 'webshop']
+    """
+    return list(dict.fromkeys(ENV_TABLE[i].family for i in env_ids if i in ENV_TABLE))
 
 
 def markdown_table() -> str:

@@ -52,7 +52,7 @@ from comprl_gym.llm.base import LLMBackend
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.llm.vllm_backend import VLLMBackend
-from comprl_gym.registration import ENV_TABLE
+from comprl_gym.registration import families_of
 from comprl_gym.rollouts import RolloutConfig, Trajectory, collect_rollouts
 from comprl_gym.seeding import restore_rng_state, seed_everything
 from comprl_gym.trainers.background import ExperienceWorker, TimedManager, WaitClock
@@ -617,8 +617,7 @@ class Trainer:
         judge a lesson (``lesson_judge``), its active lessons counted by verdict
         (``store/<family>/right``, ``wrong``, ``both``, ``neither``, ``no_task``)."""
         record: dict[str, int] = {}
-        entries = [ENV_TABLE[env_id] for env_id in self.config.env_ids if env_id in ENV_TABLE]
-        for family in sorted({entry.family for entry in entries}):
+        for family in sorted(families_of(self.config.env_ids)):
             spec = family_spec(family)
             if spec is None or not spec.lesson_judge:
                 continue

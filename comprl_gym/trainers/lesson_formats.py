@@ -48,7 +48,7 @@ from comprl_gym.experience.operations import (
 from comprl_gym.experience.records import Provenance
 from comprl_gym.experience.search_and_ask import SearchAndAskSyntax
 from comprl_gym.families import LessonStem, family_spec
-from comprl_gym.registration import ENV_TABLE
+from comprl_gym.registration import families_of
 from comprl_gym.rollouts import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -333,6 +333,6 @@ def lesson_format_for_run(
     family) when a family of ``env_ids`` cannot be written in it. Ids of no known family (a
     served env, say) are not checked."""
     chosen = lesson_format(name, max_text_chars)
-    for family in dict.fromkeys(ENV_TABLE[i].family for i in env_ids if i in ENV_TABLE):
+    for family in families_of(env_ids):
         chosen.check(family)
     return chosen

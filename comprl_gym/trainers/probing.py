@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from comprl_gym.evaluation.probe import ProbeReport, can_probe, load_probe_episodes, run_probe
-from comprl_gym.registration import ENV_TABLE
+from comprl_gym.registration import families_of
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.extractor import ExperienceExtractor
 
@@ -55,8 +55,7 @@ def probed_families(env_ids: list[str]) -> list[str]:
         >>> probed_families(["comprl/MiniHack-Room-5x5-v0", "comprl/Memory-Fork-v0"])
         ['memory']
     """
-    found = [ENV_TABLE[env_id].family for env_id in env_ids if env_id in ENV_TABLE]
-    return [family for family in dict.fromkeys(found) if can_probe(family)]
+    return [family for family in families_of(env_ids) if can_probe(family)]
 
 
 def probe_reports(
