@@ -207,10 +207,6 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     )
     if not args.run and not args.agent:
         raise comprl_gym.ConfigurationError("name the agent: --agent SPEC, or --run DIR")
-    if OWN in config.arms and not args.run:
-        raise comprl_gym.ConfigurationError(
-            "the 'own' arm is a trained run's extractor: pass --run DIR, or drop 'own' from --arms"
-        )
     with tempfile.TemporaryDirectory(prefix="comprl-stream-") as work:
         trainer = _trained_run(args.run, Path(work), args.set) if args.run else None
         try:

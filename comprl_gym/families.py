@@ -71,18 +71,10 @@ class LessonVerdict:
     """What a family's lesson judge says of one lesson: the task it is about (``None``: it
     names none of the family's tasks) and whether the one fact it states about that task is
     ``"right"``, ``"wrong"``, ``"both"`` (it states both answers) or ``"neither"`` (no fact).
-
-    Example:
-        >>> LessonVerdict(task_id=3, verdict="right").right
-        True
     """
 
     task_id: Any
     verdict: str
-
-    @property
-    def right(self) -> bool:
-        return self.verdict == "right"
 
 
 @dataclass(frozen=True)

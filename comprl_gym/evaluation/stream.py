@@ -155,7 +155,7 @@ def check_arms(config: StreamConfig, family: FamilySpec | None, has_own: bool) -
         )
     if OWN in config.arms and not has_own:
         raise ConfigurationError(
-            "the 'own' arm needs a trained run's extractor: pass --run DIR of a run that "
+            "the 'own' arm is a trained run's extractor: pass --run DIR of a run that "
             "trained or froze one (GRPO has none), or drop 'own' from --arms"
         )
     if config.tasks < 1 or config.visits < 1:
