@@ -288,10 +288,9 @@ class ComplementaryRLTrainer(Trainer):
             fence_start = time.perf_counter()
             revision = self.manager.fence()
             fence_s = time.perf_counter() - fence_start
-            batch = extractor.reward_batch(step)
-            if batch:
-                advantages = self.extractor_advantages([scored.reward for scored in batch])
-                stats = extractor.update(extractor.samples(batch, advantages), step)
+            ready = extractor.ready_samples(step, self.extractor_advantages)
+            if ready:
+                stats = extractor.update(ready, step)
                 stats.update(store_revision=revision, fence_s=fence_s)
                 self.extractor_stats.append(stats)
         # d. merging, on the manager's schedule (merge_interval_steps)

@@ -555,15 +555,22 @@ class ExperienceExtractor:
             for scored, advantage in zip(batch, advantages)
         ]
 
-    def ready_samples(self, actor_step: int) -> list[tuple[ExtractorGeneration, TrainSample]]:
-        """:meth:`reward_batch` as samples, advantages by ``extractor_baseline``'s rule
-        (:func:`~comprl_gym.trainers.credit.rule_advantages`: ``r - mean(r over the batch)``,
-        or ``r`` for ``paired``)."""
+    def ready_samples(
+        self,
+        actor_step: int,
+        advantages: Callable[[list[float]], list[float]] | None = None,
+    ) -> list[tuple[ExtractorGeneration, TrainSample]]:
+        """:meth:`reward_batch` as samples, each generation's ``r(m)`` turned into its advantage
+        by ``advantages`` (the trainer's ``extractor_advantages`` hook; by default
+        ``extractor_baseline``'s rule, :func:`~comprl_gym.trainers.credit.rule_advantages`:
+        ``r - mean(r over the batch)``, or ``r`` for ``paired``); ``[]`` when none is ready."""
         batch = self.reward_batch(actor_step)
-        rewards = [scored.reward for scored in batch]
-        return self.samples(
-            batch, credit.rule_advantages(rewards, self.settings.extractor_baseline)
-        )
+        if not batch:
+            return []
+        if advantages is None:
+            rule = self.settings.extractor_baseline
+            advantages = lambda rewards: credit.rule_advantages(rewards, rule)  # noqa: E731
+        return self.samples(batch, advantages([scored.reward for scored in batch]))
 
     def train_step(self, actor_step: int) -> dict[str, float] | None:
         """One CISPO update on :meth:`ready_samples`, or ``None`` when none is ready."""
