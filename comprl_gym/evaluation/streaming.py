@@ -232,6 +232,76 @@ def streaming_summary(records: list[dict[str, Any]], reference: str = "none") ->
     return summary
 
 
+def versus_summary(
+    records: list[dict[str, Any]], pairs: Sequence[tuple[str, str]]
+) -> dict[str, Any]:
+    """Each ``(treatment, control)`` pair of arms: treatment minus control, per visit and over
+    all visits, paired episode by episode (same task, visit and seeds), with Newcombe's
+    interval and McNemar's exact p. The placebo comparison: a memory against a memory that
+    writes the same words with no information (``own`` against ``coin``), where
+    :func:`streaming_summary` compares every arm with ``none`` only. Keyed
+    ``"<treatment> minus <control>"``; a :class:`ValueError` names an arm that was not streamed.
+
+    Example:
+        >>> records = [{"arm": arm, "visit": 1, "task_index": t, "won": won}
+        ...            for arm, outcomes in (("own", [1, 1, 1, 0]), ("coin", [1, 0, 0, 0]))
+        ...            for t, won in enumerate(outcomes)]
+        >>> out = versus_summary(records, [("own", "coin")])["own minus coin"]
+        >>> out["1"]["difference"]["mean"], out["all"]["pairs"]
+        (0.5, 4)
+    """
+    streamed = set(r["arm"] for r in records)
+    missing = sorted({arm for pair in pairs for arm in pair} - streamed)
+    if missing:
+        raise ValueError(
+            f"--versus names arm(s) {missing} that were not streamed: {sorted(streamed)}"
+        )
+    visits = sorted({int(r["visit"]) for r in records})
+    return {
+        f"{treatment} minus {control}": {
+            ("all" if visit is None else str(visit)): paired_comparison(
+                _outcomes(records, treatment, visit), _outcomes(records, control, visit)
+            )
+            for visit in [*visits, None]
+        }
+        for treatment, control in pairs
+    }
+
+
+def versus_markdown(versus: dict[str, Any]) -> str:
+    """:func:`versus_summary` as a Markdown table: each comparison's paired difference at each
+    visit and over all visits, with its interval and McNemar's p.
+
+    Example:
+        >>> records = [{"arm": arm, "visit": 1, "task_index": t, "won": won}
+        ...            for arm, outcomes in (("own", [1, 1, 1, 0]), ("coin", [1, 0, 0, 0]))
+        ...            for t, won in enumerate(outcomes)]
+        >>> print(versus_markdown(versus_summary(records, [("own", "coin")])))
+        | comparison | visit 1 | all visits |
+        | --- | --- | --- |
+        | own minus coin | +0.50 [-0.14, +0.79] (p 0.5) | +0.50 [-0.14, +0.79] (p 0.5) |
+    """
+    labels = list(next(iter(versus.values()))) if versus else []
+    header = [f"visit {v}" if v != "all" else "all visits" for v in labels]
+    lines = [
+        "| comparison | " + " | ".join(header) + " |",
+        "| --- | " + " | ".join("---" for _ in header) + " |",
+    ]
+    for name, by_visit in versus.items():
+        cells = []
+        for label in labels:
+            paired = by_visit[label]
+            if not paired["pairs"]:
+                cells.append("n/a")
+                continue
+            d = paired["difference"]
+            cells.append(
+                f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] (p {paired['mcnemar_p']:.3g})"
+            )
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def compare_runs(
     records: list[dict[str, Any]], other: list[dict[str, Any]], arm: str
 ) -> dict[str, Any]:

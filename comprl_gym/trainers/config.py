@@ -203,7 +203,7 @@ class ExperienceSettings(ExperienceConfig):
     #: leave its prompt, refined ones are replaced, and the decision sets the extractor's
     #: reward for that use (reject -1, refine 0.5, accept score + 1). The reference's
     #: ``enable_actor_critic`` is on; off here by default because SmolLM2-135M does not write
-    #: a readable decision (an unreadable one drops the experiences; see configs/demo.yaml).
+    #: a readable decision (an unreadable one drops the experiences; see configs/corridor.yaml).
     actor_critique: bool = False
     #: Longest critique reply in tokens (the actor's ``max_new_tokens`` is sized for actions).
     critique_max_tokens: int = 256

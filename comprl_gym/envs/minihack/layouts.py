@@ -10,8 +10,8 @@ observation names the offset. Measured (300 episodes): a uniform random walk ove
 moves wins 16% within 8 steps, 21% within 12, 34% within 16; SmolLM2-135M at temperature 1
 won 0 of 40 episodes of 8 steps (it rarely walks east: 11 of 128 moves in one batch).
 
-``Corridor-North-4`` is the demo's task (``configs/demo.yaml``): a lit corridor one cell wide,
-the start at its south end and the staircase three steps north. Within 5 steps SmolLM2-135M
+``Corridor-North-4`` is the corridor run's task (``configs/corridor.yaml``): a lit corridor one
+cell wide, the start at its south end and the staircase three steps north. Within 5 steps SmolLM2-135M
 sampled at temperature 1 wins 14-17% (9 and 11 of 64 held-out episodes in two runs; it
 wastes moves on walls, south steps and numbers that name no action), so GRPO's groups hold
 wins and losses; greedy decoding walks north three times and wins every episode. It is easy

@@ -1,7 +1,8 @@
-"""The README's main job, measured: does ``make demo`` show the actor learning?
+"""GRPO on the corridor, measured: does ``configs/corridor.yaml`` (the main job until issue 45
+moved ``make demo`` to the memory family) show the actor learning?
 
-Runs ``comprl-gym train --config configs/demo.yaml`` from scratch (or reads a finished run with
-``--from-run``) and writes ``benchmarks/results/demo.json`` and ``demo.png``:
+Runs ``comprl-gym train --config configs/corridor.yaml`` from scratch (or reads a finished run with
+``--from-run``) and writes ``benchmarks/results/corridor.json`` and ``corridor.png``:
 
 * per env id: the held-out success before training, after training without and with
   experience (Wilson 95% intervals, ``episodes`` each), and the paired differences (Newcombe's
@@ -13,8 +14,8 @@ Runs ``comprl-gym train --config configs/demo.yaml`` from scratch (or reads a fi
 * the per-iteration training success of each half (with / without experience);
 * the machine: cores, load average before and after (the figures are from a shared box).
 
-Run:  python benchmarks/bench_demo.py                       # about 15 min on 2 cores
-      python benchmarks/bench_demo.py --from-run runs/demo  # a finished ``make demo``
+Run:  python benchmarks/bench_corridor.py                       # about 15 min on 2 cores
+      python benchmarks/bench_corridor.py --from-run runs/corridor  # a finished corridor run
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def summarise(
             "with_minus_without_experience": row["with_experience"].get("difference"),
         }
     return {
-        "command": "comprl-gym train --config configs/demo.yaml",
+        "command": "comprl-gym train --config configs/corridor.yaml",
         "algorithm": summary["algorithm"],
         "iterations": summary["iterations"],
         "training_rollouts": summary["rollouts"],
@@ -108,11 +109,11 @@ def summarise(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--config", default=str(REPO / "configs" / "demo.yaml"), help="the demo's YAML config"
+        "--config", default=str(REPO / "configs" / "corridor.yaml"), help="the corridor's YAML config"
     )
     parser.add_argument("--from-run", type=Path, help="summarise this finished run; train nothing")
     parser.add_argument(
-        "--out", type=Path, default=RESULTS / "demo.json", help="the JSON (and .png beside it)"
+        "--out", type=Path, default=RESULTS / "corridor.json", help="the JSON (and .png beside it)"
     )
     args = parser.parse_args(argv)
     load = {"before": list(os.getloadavg())}
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_run:
         run_dir = args.from_run
     else:
-        run_dir = Path(tempfile.mkdtemp(prefix="bench-demo-"))
+        run_dir = Path(tempfile.mkdtemp(prefix="bench-corridor-"))
         command = [
             sys.executable,
             "-m",
