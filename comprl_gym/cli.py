@@ -182,6 +182,16 @@ def _own_lessons(trainer: Any) -> Any:
     return None
 
 
+def _arm_pair(text: str) -> tuple[str, str]:
+    """``own:coin`` -> ``("own", "coin")`` (``--versus``)."""
+    treatment, sep, control = text.partition(":")
+    if not sep or not treatment.strip() or not control.strip():
+        raise comprl_gym.ConfigurationError(
+            f"--versus takes TREATMENT:CONTROL (two arms, e.g. own:coin), not {text!r}"
+        )
+    return treatment.strip(), control.strip()
+
+
 def _cmd_stream(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -204,6 +214,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
         out_dir=args.output_dir,
         progress=not args.no_progress,
         run=args.run,
+        versus=[_arm_pair(pair) for pair in args.versus],
     )
     if not args.run and not args.agent:
         raise comprl_gym.ConfigurationError("name the agent: --agent SPEC, or --run DIR")
@@ -336,6 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=None, help="env step limit")
     p.add_argument("--inject-top-k", type=int, default=1, help="lessons shown per episode")
     p.add_argument("--parallel", type=int, default=32, help="LLM episodes played at once")
+    p.add_argument(
+        "--versus",
+        action="append",
+        default=[],
+        metavar="TREATMENT:CONTROL",
+        help="also compare two arms episode by episode, per visit (repeatable): a memory "
+        "against its placebo, e.g. own:coin",
+    )
     p.add_argument("--output-dir", "--out", required=True, help="the run folder (new)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_stream)

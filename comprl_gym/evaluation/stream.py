@@ -64,6 +64,8 @@ from comprl_gym.evaluation.streaming import (
     run_streaming,
     streaming_markdown,
     streaming_summary,
+    versus_markdown,
+    versus_summary,
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager
 from comprl_gym.experience.memories import MEMORIES, memory_named
@@ -99,6 +101,8 @@ class StreamConfig:
         out_dir: the run folder (it must hold no results yet).
         progress: show a progress bar.
         run: the training run the actor or the ``own`` arm's extractor came from.
+        versus: ``(treatment, control)`` pairs of arms compared episode by episode besides
+            every arm against ``none``: a memory against its placebo (``("own", "coin")``).
     """
 
     env_id: str
@@ -114,9 +118,11 @@ class StreamConfig:
     out_dir: str | os.PathLike[str] = "results"
     progress: bool = True
     run: str | None = None
+    versus: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.arms = [NONE, *(a for a in dict.fromkeys(self.arms) if a != NONE)]
+        self.versus = [(str(a), str(b)) for a, b in self.versus]
 
     @property
     def seeds(self) -> list[int]:
@@ -158,6 +164,9 @@ def check_arms(config: StreamConfig, family: FamilySpec | None, has_own: bool) -
             "the 'own' arm is a trained run's extractor: pass --run DIR of a run that "
             "trained or froze one (GRPO has none), or drop 'own' from --arms"
         )
+    compared = sorted({arm for pair in config.versus for arm in pair} - set(config.arms))
+    if compared:
+        raise ConfigurationError(f"--versus names arm(s) {compared} not in --arms {config.arms}")
     if config.tasks < 1 or config.visits < 1:
         raise ConfigurationError("--tasks and --visits must be at least 1")
 
@@ -299,6 +308,8 @@ def run_stream(
         "run": config.run,
     }
     summary["streaming"] = streaming_summary(records)
+    if config.versus:
+        summary["versus"] = versus_summary(records, config.versus)
     if family is not None and family.lesson_judge:
         summary["store_verdicts"] = {
             name: verdict_counts(family, lessons) for name, lessons in texts.items()
@@ -319,6 +330,11 @@ def stream_markdown(summary: dict[str, Any]) -> str:
         "\n## Success by visit, per arm (paired with none)\n",
         streaming_markdown(summary["streaming"]),
     ]
+    if summary.get("versus"):
+        lines += [
+            "\n## Treatment minus placebo (paired episode by episode)\n",
+            versus_markdown(summary["versus"]),
+        ]
     verdicts = summary.get("store_verdicts")
     if verdicts:
         lines += [
