@@ -12,6 +12,12 @@ arm per lesson source, every (task, visit) episode on the same seeds in every ar
 * ``exemplar`` and ``cases``: memories without a model
   (:mod:`comprl_gym.experience.memories`), filled between visits with each won episode's
   actions (``exemplar``) or every episode's actions and outcome (``cases``);
+* the family's scripted memories, filled between visits like ``exemplar``
+  (:meth:`~comprl_gym.families.FamilySpec.stream_memory`): arms that bound the result. In the
+  memory family ``coin`` (the stem extractor's placebo: the oracle's sentence with a side a
+  coin drew per (seed, dungeon)), ``coin_exemplar`` (the exemplar memory's placebo: each won
+  episode's record on the coin's side) and ``outcome_aware`` (the ceiling of any extractor:
+  the oracle's sentence with the side each episode shows);
 * ``own``: a trained run's extractor distils each finished episode into the arm's store (the
   caller passes ``own``, a function of the store that returns the arm's ``learn``; the
   command builds it from ``--run DIR``).
@@ -22,7 +28,9 @@ records also carry ``arm``, ``visit``, ``reset_seed`` and ``sampling_seed``, ``s
 ``stores/<arm>/`` (each arm's store as the stream left it). ``summary.json`` is eval's summary
 (one group per arm: the arm is the record's ``condition``) with ``streaming``
 (:func:`~comprl_gym.evaluation.streaming.streaming_summary`), ``stream`` (what was streamed)
-and, for a family that judges lessons, ``store_verdicts`` (per store, its lessons' verdicts).
+and, for a family that judges lessons, ``store_verdicts`` (per store, its lessons' verdicts)
+and ``shown_verdicts`` (:func:`shown_verdicts`: what each arm showed a task at a later visit,
+by how its previous visit ended).
 ``comprl-gym leaderboard`` reads it, with a per-visit table.
 
 Example (a random agent; no arm carries information, so every arm plays like ``none``):
@@ -37,6 +45,7 @@ Example (a random agent; no arm carries information, so every arm plays like ``n
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Callable
@@ -68,11 +77,11 @@ from comprl_gym.evaluation.streaming import (
     versus_summary,
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager
-from comprl_gym.experience.memories import MEMORIES, memory_named
+from comprl_gym.experience.memories import MEMORIES, ExemplarMemory, memory_named
 from comprl_gym.families import FamilySpec, family_spec, verdict_counts
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import Trajectory, append_jsonl
-from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
+from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable, load_object
 
 #: The reference arm, always streamed.
 NONE = "none"
@@ -151,7 +160,8 @@ def env_family(config: StreamConfig) -> FamilySpec | None:
 def check_arms(config: StreamConfig, family: FamilySpec | None, has_own: bool) -> None:
     """A :class:`ConfigurationError` naming every arm ``config`` cannot stream, and why."""
     fixed = family.fixed_lesson_kinds if family is not None else ()
-    known = (NONE, *fixed, *MEMORIES, OWN)
+    scripted = family.stream_memory_kinds if family is not None else ()
+    known = (NONE, *fixed, *MEMORIES, *scripted, OWN)
     unknown = [a for a in config.arms if a not in known]
     if unknown:
         name = family.name if family is not None else "of no known family"
@@ -218,10 +228,31 @@ def build_arms(
             arms.append(Arm(name, store))
         elif name in MEMORIES:
             arms.append(Arm(name, store, _learner(memory_named(name), store)))
+        elif family is not None and name in family.stream_memory_kinds:
+            scripted = FamilyMemory(family.stream_memory(name, config.seed))
+            arms.append(Arm(name, store, _learner(scripted, store)))
         else:  # own (check_arms made sure there is an extractor)
             assert own is not None
             arms.append(Arm(name, store, own(store)))
     return arms
+
+
+class FamilyMemory(ExemplarMemory):
+    """A family's scripted memory (:meth:`~comprl_gym.families.FamilySpec.stream_memory`: an
+    object with ``name`` and ``lesson(episode)``) as a no-model memory: its lessons are stored
+    as :meth:`ExemplarMemory.learn` stores the exemplar's (the episode's provenance with the
+    memory's name as the policy version; episodes and declines counted)."""
+
+    def __init__(self, scripted: Any):
+        super().__init__()
+        self.scripted = scripted
+
+    @property
+    def name(self) -> str:
+        return str(self.scripted.name)
+
+    def lesson(self, episode: Any) -> dict[str, str] | None:
+        return self.scripted.lesson(episode)
 
 
 def _learner(memory: Any, store: ExperienceManager) -> Callable[[Trajectory], None]:
@@ -239,7 +270,19 @@ def spec_agent(spec: str, env_spec: EnvSpec, seed: int) -> Any:
             return agent_from_spec(spec, env, seed=seed)
         finally:
             env.close()
-    return lambda env, sampling_seed: make_agent(spec, env, seed=sampling_seed)
+    return lambda env, sampling_seed: _scripted_agent(spec, env, sampling_seed)
+
+
+def _scripted_agent(spec: str, env: Any, seed: int) -> Any:
+    """:func:`~comprl_gym.agents.base.make_agent`'s agent, except that a ``module:Class`` whose
+    constructor takes ``seed`` is given the episode's sampling seed (a scripted agent that
+    draws, e.g. :class:`comprl_gym.envs.memory.replay.ReplayAgent`, then draws anew each visit
+    and alike in every arm: common random numbers)."""
+    if ":" in spec:
+        factory = load_object(spec)
+        if "seed" in inspect.signature(factory).parameters:
+            return factory(seed=seed)
+    return make_agent(spec, env, seed=seed)
 
 
 def run_stream(
@@ -314,6 +357,7 @@ def run_stream(
         summary["store_verdicts"] = {
             name: verdict_counts(family, lessons) for name, lessons in texts.items()
         }
+        summary["shown_verdicts"] = shown_verdicts(records, family)
     write_run(out, records, summary)
     atomic_write_text(out / SUMMARY_MD, summary_markdown(summary) + stream_markdown(summary))
     plot_streaming(
@@ -321,6 +365,56 @@ def run_stream(
     )
     write_provenance(out, config, time.time() - started)
     return summary
+
+
+#: How :func:`shown_verdicts` groups an episode's verdict
+#: (:func:`~comprl_gym.evaluation.probe.episode_verdict`): a lesson about the task that names
+#: the right side, the wrong one, or neither (no side, both, only other tasks, no lesson).
+SHOWN = {"right": "right", "wrong": "wrong"}
+
+
+def shown_verdicts(records: list[dict[str, Any]], family: FamilySpec) -> dict[str, Any]:
+    """Per arm with lessons, what it showed each task at visits after the first, by how the
+    arm's previous visit to that task ended: ``{"after_won": {"right": n, "wrong": n,
+    "no_side": n}, "after_lost": {...}}``, each episode's verdict from the family's judge on
+    the lessons it was shown (:func:`~comprl_gym.evaluation.probe.episode_verdict`). An
+    outcome-aware memory shows the right side after a win and after a loss; one that copies
+    the walked side is right after wins only; a constant side is right about half the time
+    either way. The check behind any sentence on why an arm helped.
+
+    Example:
+        >>> from comprl_gym.envs.memory import inverted_lesson, oracle_lesson
+        >>> from comprl_gym.families import family_spec
+        >>> task = "You are in the Vault of Marrow."
+        >>> shown = lambda text: [{"content": text}] if text else []
+        >>> records = [
+        ...     {"arm": "copy", "visit": 1, "task_index": 0, "won": False, "task": task,
+        ...      "experiences": []},
+        ...     {"arm": "copy", "visit": 2, "task_index": 0, "won": False, "task": task,
+        ...      "experiences": shown(inverted_lesson("fork/vault-of-marrow"))}]
+        >>> shown_verdicts(records, family_spec("memory"))["copy"]["after_lost"]
+        {'right': 0, 'wrong': 1, 'no_side': 0}
+    """
+    from comprl_gym.evaluation.probe import episode_verdict
+
+    outcome = {(r["arm"], r["task_index"], int(r["visit"])): bool(r["won"]) for r in records}
+    out: dict[str, Any] = {}
+    for r in records:
+        visit = int(r["visit"])
+        if r["arm"] == NONE or visit < 2:
+            continue
+        task = family.judge(r["task"])
+        lessons = [family.judge(e["content"]) for e in r.get("experiences") or []]
+        verdict = episode_verdict(lessons, None if task is None else task.task_id)
+        after = "after_won" if outcome[(r["arm"], r["task_index"], visit - 1)] else "after_lost"
+        counts = out.setdefault(r["arm"], {}).setdefault(
+            after, {"right": 0, "wrong": 0, "no_side": 0}
+        )
+        counts[SHOWN.get(verdict, "no_side")] += 1
+    for row in out.values():
+        for after in ("after_won", "after_lost"):
+            row.setdefault(after, {"right": 0, "wrong": 0, "no_side": 0})
+    return {arm: {k: row[k] for k in ("after_won", "after_lost")} for arm, row in out.items()}
 
 
 def stream_markdown(summary: dict[str, Any]) -> str:
@@ -345,5 +439,18 @@ def stream_markdown(summary: dict[str, Any]) -> str:
         lines += [
             f"| {name} | " + " | ".join(str(n) for n in counts.values()) + " |"
             for name, counts in verdicts.items()
+        ]
+    shown = summary.get("shown_verdicts")
+    if shown:
+        lines += [
+            "\n## What each arm showed at a later visit, by how its previous visit ended\n",
+            "| arm | after a win: right | wrong | no side | after a loss: right | wrong | no side |",
+            "| --- |" + " --- |" * 6,
+        ]
+        lines += [
+            f"| {arm} | "
+            + " | ".join(str(n) for after in row.values() for n in after.values())
+            + " |"
+            for arm, row in shown.items()
         ]
     return "\n".join(lines) + "\n"
