@@ -138,6 +138,15 @@ class FamilySpec:
             about the task (e.g. ``oracle``, ``inverted``, ``placebo``): the fixed arms of
             a streaming evaluation. Empty when the family has none.
         fixed_lesson_kinds: the kinds :attr:`fixed_lessons` writes.
+        stream_memories: ``"module:function"`` that, given a name (one of
+            :attr:`stream_memory_kinds`) and a stream's seed, returns a fresh scripted memory:
+            an object with ``name`` and ``lesson(episode)``, the lesson it stores after a
+            finished episode (``{"title", "description", "content"}``) or ``None``. A
+            streaming evaluation stores them as it stores the no-model memories'
+            (:mod:`comprl_gym.experience.memories`): arms that bound the result (the memory
+            family's ``coin``, ``coin_exemplar`` and ``outcome_aware``). Empty when the
+            family has none.
+        stream_memory_kinds: the names :attr:`stream_memories` makes.
         reading_examples: ``"module:function"`` called as ``f(split, formats, sides,
             env_kwargs)`` that returns the :class:`ReadingExample` list of the reading warm-up
             (``formats``: the lesson formats to show, ``sides``: the family's labelling
@@ -174,6 +183,8 @@ class FamilySpec:
     lesson_judge: str = ""
     fixed_lessons: str = ""
     fixed_lesson_kinds: tuple[str, ...] = ()
+    stream_memories: str = ""
+    stream_memory_kinds: tuple[str, ...] = ()
     reading_examples: str = ""
     probe_episodes: str = ""
     suite_content: str = ""
@@ -203,6 +214,17 @@ class FamilySpec:
                 f"(it has: {', '.join(self.fixed_lesson_kinds) or 'none'})"
             )
         return load_object(self.fixed_lessons)(kind, task_id)
+
+    def stream_memory(self, name: str, seed: int) -> Any:
+        """A fresh scripted memory called ``name`` for the stream of ``seed``
+        (:attr:`stream_memories`); a :class:`~comprl_gym.core.ConfigurationError` naming the
+        family for a name it lacks."""
+        if name not in self.stream_memory_kinds:
+            raise ConfigurationError(
+                f"family {self.name!r} has no scripted memory {name!r} "
+                f"(it has: {', '.join(self.stream_memory_kinds) or 'none'})"
+            )
+        return load_object(self.stream_memories)(name, seed)
 
     def content_of(
         self, seeds: list[int], env_kwargs: dict[str, Any], make_env: Callable[[], Any]

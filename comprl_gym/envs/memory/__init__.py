@@ -55,6 +55,7 @@ from comprl_gym.envs.memory.dungeons import (
 )
 from comprl_gym.envs.memory.judge import FIXED_LESSONS, fixed_lessons, judge_lesson
 from comprl_gym.envs.memory.lessons import lesson_text, neighbour
+from comprl_gym.envs.memory.memories import STREAM_MEMORIES, coin_side, stream_memory
 from comprl_gym.families import EnvEntry, FamilySpec, ValidationProfile, lazy_exports
 
 _ENTRY_POINT = "comprl_gym.envs.memory:MemoryTextEnv"
@@ -98,6 +99,8 @@ SPEC = FamilySpec(
     lesson_judge="comprl_gym.envs.memory.judge:judge_lesson",
     fixed_lessons="comprl_gym.envs.memory.judge:fixed_lessons",
     fixed_lesson_kinds=tuple(FIXED_LESSONS),
+    stream_memories="comprl_gym.envs.memory.memories:stream_memory",
+    stream_memory_kinds=tuple(STREAM_MEMORIES),
     suite_content="comprl_gym.envs.memory.benchmarking:suite_content",
     suite_engines=("minihack", "nle"),
     validation=ValidationProfile(solution_texts=benchmarking.solution_texts),
@@ -114,9 +117,11 @@ __all__ = [
     "SIDES",
     "SPEC",
     "SPLITS",
+    "STREAM_MEMORIES",
     "VARIANTS",
     "Dungeon",
     "MemoryTextEnv",
+    "coin_side",
     "default_max_steps",
     "dungeon",
     "fixed_lessons",
@@ -131,4 +136,5 @@ __all__ = [
     "placebo_lesson",
     "pool",
     "rule_lesson",
+    "stream_memory",
 ]

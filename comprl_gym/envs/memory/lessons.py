@@ -76,9 +76,9 @@ def lesson_text(
     side = side or d.side
     other = other_side(side)  # (a ConfigurationError for a bad side)
     if kind == "exemplar":
-        return _case_record(task_text(variant, d), [side] * branch_length, "won")
+        return case_record(task_text(variant, d), [side] * branch_length, "won")
     if kind == "lost_case":
-        return _case_record(task_text(variant, d), [other], "lost")
+        return case_record(task_text(variant, d), [other], "lost")
     if kind in ("oracle", "inverted"):
         # The inverted lesson is the oracle's sentence with the other side.
         return (oracle_lesson if (kind == "oracle") == (side == d.side) else inverted_lesson)(index)
@@ -87,7 +87,7 @@ def lesson_text(
     )
 
 
-def _case_record(task: str, actions: list[str], outcome: str) -> str:
+def case_record(task: str, actions: list[str], outcome: str) -> str:
     """The text :func:`comprl_gym.experience.exemplar.exemplar_lesson` stores for an episode of
     ``task`` that ``outcome`` (won / lost) with ``actions``. Written out here because an env
     family sits below the experience package (tests/test_imports.py); a test holds the two
@@ -174,6 +174,7 @@ __all__ = [
     "COIN_FORMATS",
     "READING_FORMATS",
     "READING_SIDES",
+    "case_record",
     "lesson_text",
     "neighbour",
     "reading_examples",
