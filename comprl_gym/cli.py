@@ -116,15 +116,23 @@ every (task, visit) episode on the same reset and sampling seed in every arm.
 
 Arms: none (no lessons; always run, the reference), the env family's fixed lessons (memory
 family: oracle, inverted, placebo; one per task), exemplar (won episodes' actions, stored
-between visits), cases (every episode's actions and outcome), own (the --run's extractor
-distils each finished episode). The agent is --agent (any `comprl-gym eval` spec) or the
---run's trained actor.
+between visits), cases (every episode's actions and outcome), the family's scripted memories,
+arms that bound the result (memory family: coin, the stem extractor's placebo, the oracle's
+sentence with a side a coin drew per dungeon; coin_exemplar, the exemplar's placebo, each won
+episode's record on the coin's side; outcome_aware, the ceiling, the oracle's sentence with
+the side each episode shows), own (the --run's extractor distils each finished episode). The
+agent is --agent (any `comprl-gym eval` spec) or the --run's trained actor; the memory
+family's scripted reader is comprl_gym.envs.memory.replay:ReplayAgent (replays a shown
+record's moves, else a shown sentence's side, else a coin).
 
 Examples:
     comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 3 \\
         --arms none,oracle,placebo,exemplar --agent hf:smollm2 --output-dir results/stream
     comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 2 \\
         --run runs/memory-complementary --arms none,own,oracle --output-dir results/own
+    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 2 \\
+        --arms none,coin,coin_exemplar,outcome_aware,exemplar \\
+        --agent comprl_gym.envs.memory.replay:ReplayAgent --output-dir results/bounds
     comprl-gym leaderboard results/stream results/own --out leaderboard/
 
 Writes the folder `comprl-gym eval` writes (episodes.jsonl with arm and visit per episode,
@@ -314,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--arms",
         default="none",
         help="comma-separated lesson sources: none (always run), the family's fixed lessons "
-        "(oracle, inverted, placebo), exemplar, cases, own (needs --run)",
+        "(oracle, inverted, placebo), exemplar, cases, the family's scripted memories (coin, "
+        "coin_exemplar, outcome_aware), own (needs --run)",
     )
     p.add_argument(
         "--agent",
