@@ -168,6 +168,22 @@ def _trained_run(run_dir: str, work: Path, overrides: list[str] | None = None) -
     return trainer
 
 
+def _untrained_run(config_path: str, work: Path, overrides: list[str] | None = None) -> Any:
+    """The trainer a ``comprl-gym train --config`` run starts as, before its first iteration:
+    the actor from its ``init_weights`` (or the base model), the extractor untrained, working
+    in ``work`` (the config's own output_dir is never touched)."""
+    from comprl_gym.trainers import TrainConfig, make_trainer
+
+    here = [
+        f"output_dir={work / 'run'}",
+        f"experience.store_dir={work / 'store'}",
+        "resume=false",
+        "progress=false",
+        "tensorboard=false",
+    ]
+    return make_trainer(TrainConfig.from_yaml(config_path, [*(overrides or []), *here]))
+
+
 def _own_lessons(trainer: Any) -> Any:
     """The 'own' arm's lesson writer, a function of the arm's store that returns its
     ``learn``: the run's extractor distils each finished episode into the store (or, for a run
@@ -224,24 +240,42 @@ def _cmd_stream(args: argparse.Namespace) -> int:
         run=args.run,
         versus=[_arm_pair(pair) for pair in args.versus],
     )
-    if not args.run and not args.agent:
-        raise comprl_gym.ConfigurationError("name the agent: --agent SPEC, or --run DIR")
+    if not (args.run or args.config or args.agent):
+        raise comprl_gym.ConfigurationError(
+            "name the agent: --agent SPEC, --run DIR or --config FILE"
+        )
+    if args.run and args.config:
+        raise comprl_gym.ConfigurationError(
+            "--run DIR (a trained run) or --config FILE (a run before training), not both"
+        )
+    source = args.run or args.config
+    config.run = source
     with tempfile.TemporaryDirectory(prefix="comprl-stream-") as work:
-        trainer = _trained_run(args.run, Path(work), args.set) if args.run else None
+        trainer = None
+        if args.run:
+            trainer = _trained_run(args.run, Path(work), args.set)
+        elif args.config:
+            trainer = _untrained_run(args.config, Path(work), args.set)
         try:
             agent, own = None, None
             if trainer is not None:
                 own = _own_lessons(trainer)
                 if own is None and OWN in config.arms:
                     raise comprl_gym.ConfigurationError(
-                        f"--run {args.run} was trained by {trainer.algorithm}, which has no "
+                        f"{source} is a {trainer.algorithm} run, which has no "
                         "extractor (nor memory) to write the 'own' arm's lessons: drop 'own' "
                         "from --arms"
                     )
                 if not args.agent:
                     agent = trainer.agent(seed=args.seed, temperature=args.temperature)
-                    config.agent = f"{trainer.algorithm}@{trainer.iteration} ({args.run})"
-            summary = run_stream(config, agent=agent, own=own)
+                    config.agent = f"{trainer.algorithm}@{trainer.iteration} ({source})"
+            origin = None
+            if trainer is not None:
+                from comprl_gym.evaluation.provenance import run_provenance
+
+                roles = {"actor": trainer.config.actor, "extractor": trainer.config.extractor}
+                origin = run_provenance(source, roles)
+            summary = run_stream(config, agent=agent, own=own, run=origin)
         finally:
             if trainer is not None:
                 trainer.close()
@@ -339,6 +373,14 @@ def build_parser() -> argparse.ArgumentParser:
         "extractor (the 'own' arm)",
     )
     p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="a training config, streamed as its run starts, before any training: the actor "
+        "from its init_weights and the untrained extractor (the 'own' arm); the same arms "
+        "and seeds as a --run of it give a before/after comparison",
+    )
+    p.add_argument(
         "--temperature",
         type=float,
         default=None,
@@ -349,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="change the --run's config as `comprl-gym train --set` does, e.g. "
+        help="change the --run's (or --config's) config as `comprl-gym train --set` does, e.g. "
         "rollout_backend=transformers to stream a vLLM-trained run on CPU",
     )
     p.add_argument("--seed", type=int, default=0, help="base of every episode's sampling seed")

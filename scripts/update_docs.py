@@ -24,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from comprl_gym.evaluation.streaming import paired_cell
 from comprl_gym.evaluation.table import markdown as method_table_markdown
 from comprl_gym.registration import markdown_table
 from comprl_gym.utils import atomic_write_text
@@ -65,10 +66,80 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+#: ``make demo``'s two streams (``demo.json``), in the order its tables show them.
+DEMO_STREAMS = {"before": "before training", "after": "after training"}
+
+
 def demo_table() -> str:
-    """``make demo``'s closing table, from ``demo.json`` (``benchmarks/bench_demo.py``)."""
+    """``make demo``'s success by visit per arm, before and after training, from ``demo.json``
+    (``benchmarks/bench_demo.py``); each cell as its streams printed it."""
+    demo = result("demo.json")
+    arms = list(demo["after"]["streaming"])
+    visits = [v for v in demo["after"]["streaming"][arms[0]]["visits"] if v != "all"]
+    head = ["arm"] + [f"{label}: visit {v}" for label in DEMO_STREAMS.values() for v in visits]
+    rows = [
+        [arm]
+        + [
+            interval(demo[name]["streaming"][arm]["visits"][v]["success"])
+            for name in DEMO_STREAMS
+            for v in visits
+        ]
+        for arm in arms
+    ]
+    return _table(head, rows)
+
+
+def demo_versus_table() -> str:
+    """``make demo``'s treatments minus their placebos at the last visit, before and after
+    training (``demo.json``), each cell as its stream printed it."""
+    demo = result("demo.json")
+    last = [v for v in next(iter(demo["after"]["versus"].values())) if v != "all"][-1]
+    head = [f"visit {last}, paired"] + list(DEMO_STREAMS.values())
+    rows = [
+        [name] + [paired_cell(demo[stream]["versus"][name][last]) for stream in DEMO_STREAMS]
+        for name in demo["after"]["versus"]
+    ]
+    return _table(head, rows)
+
+
+def demo_shown_table() -> str:
+    """What each arm of ``make demo``'s streams showed at visit 2, by how visit 1 ended."""
+    demo = result("demo.json")
+    rows = [
+        [label, arm, *(str(n) for after in row.values() for n in after.values())]
+        for name, label in DEMO_STREAMS.items()
+        for arm, row in demo[name]["shown_verdicts"].items()
+    ]
+    head = [
+        "stream",
+        "arm",
+        "after a win: right",
+        "wrong",
+        "no side",
+        "after a loss: right",
+        "wrong",
+        "no side",
+    ]
+    return _table(head, rows)
+
+
+def demo_after_minus_before_table() -> str:
+    """Per arm, ``make demo``'s trained run minus its starting point (``demo.json``)."""
+    demo = result("demo.json")
+    rows = [
+        [arm] + [paired_cell(by_visit[v]) for v in by_visit]
+        for arm, by_visit in demo["after_minus_before"].items()
+    ]
+    labels = list(next(iter(demo["after_minus_before"].values())))
+    head = ["arm"] + [f"visit {v}" if v != "all" else "all visits" for v in labels]
+    return _table(head, rows)
+
+
+def corridor_table() -> str:
+    """The corridor run's table (``configs/corridor.yaml``), from ``corridor.json``
+    (``benchmarks/bench_corridor.py``)."""
     rows = []
-    for env_id, env in result("demo.json")["envs"].items():
+    for env_id, env in result("corridor.json")["envs"].items():
         with_minus_before = {
             "mean": env["difference"],
             "low": env["difference_ci_low"],
@@ -107,8 +178,8 @@ TRAINER_NAMES = {
 }
 
 
-def trainers_demo_task_table() -> str:
-    """The five trainers on the demo's task (``paper_table.json``, ``bench_trainers.py``)."""
+def trainers_corridor_table() -> str:
+    """The five trainers on the corridor (``paper_table.json``, ``bench_trainers.py``)."""
     by_method: dict[str, dict[str, dict[str, Any]]] = {}
     for row in result("paper_table.json")["table"]:
         by_method.setdefault(row["method"], {})[row["mode"]] = row
@@ -231,10 +302,12 @@ def glance_table(pages: str = "docs/results/") -> str:
                 versus,
             ]
         )
-    for env in result("demo.json")["envs"].values():
-        after = env["after_with_experience"]
-        method = "Complementary RL, after training, with lessons"
-        rows.append([f"[the demo]({pages}demo.md)", method, _rate(after), "–"])
+    demo = result("demo.json")["after"]
+    iterations = len(result("demo.json")["training"])
+    last = [v for v in demo["streaming"]["own"]["visits"] if v != "all"][-1]
+    method = f"Complementary RL, {iterations} iterations: its own lessons, visit {last}"
+    own = interval(demo["streaming"]["own"]["visits"][last]["success"])
+    rows.append([f"[the demo]({pages}demo.md)", method, own, "–"])
     head = ["study", "method", "success [95% interval]", "minus GRPO (paired, McNemar p)"]
     return _table(head, rows)
 
@@ -405,7 +478,11 @@ def _figures_in(results: Path) -> tuple[set, set]:
 TABLES: dict[str, Callable[[], str]] = {
     "envs": markdown_table,
     "demo": demo_table,
-    "trainers-demo-task": trainers_demo_task_table,
+    "demo-versus": demo_versus_table,
+    "demo-shown": demo_shown_table,
+    "demo-after-minus-before": demo_after_minus_before_table,
+    "corridor": corridor_table,
+    "trainers-corridor": trainers_corridor_table,
     "memory-paper-table": memory_paper_table,
     "memory-base-rates": memory_base_rates_table,
     "streaming-large": streaming_large_table,

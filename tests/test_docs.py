@@ -126,19 +126,19 @@ def test_the_nav_lists_every_page_the_issue_names():
 # tests/test_registration_cli.py::test_readme_table_is_current: `update_readme.py --check`)
 # --------------------------------------------------------------------------------------------
 def test_a_stale_or_unknown_generated_table_is_caught():
-    stale = "<!-- generated: demo -->\n| old |\n<!-- end generated: demo -->\n"
+    stale = "<!-- generated: corridor -->\n| old |\n<!-- end generated: corridor -->\n"
     fresh = update_docs.render(stale)
     assert fresh != stale and "MiniHack-Corridor-North-4-v0 | 0.17 [0.10, 0.28]" in fresh
     assert update_docs.render(fresh) == fresh
     with pytest.raises(SystemExit, match="unknown"):
         update_docs.render("<!-- generated: nope -->\n<!-- end generated: nope -->")
     with pytest.raises(SystemExit, match="unclosed"):
-        update_docs.render("<!-- generated: demo -->\n| old |\n")
+        update_docs.render("<!-- generated: corridor -->\n| old |\n")
 
 
-def test_the_demo_row_is_the_files_numbers():
-    """Hand-checked against demo.json: 11, 46 and 55 wins of 64 (Wilson 95%)."""
-    row = update_docs.demo_table().splitlines()[2]
+def test_the_corridor_row_is_the_files_numbers():
+    """Hand-checked against corridor.json: 11, 46 and 55 wins of 64 (Wilson 95%)."""
+    row = update_docs.corridor_table().splitlines()[2]
     assert row.startswith("| comprl/MiniHack-Corridor-North-4-v0 | 0.17 [0.10, 0.28] ")
     assert "| 0.72 [0.60, 0.81] | 0.86 [0.75, 0.92] |" in row and row.endswith("| 64 |")
 

@@ -21,7 +21,7 @@ someone to extend it.
 
 Where a command needs what CI lacks, the nearest thing runs instead:
 
-* ``make demo`` (about 14 minutes of SmolLM2 training) and ``make test`` (this suite): the target
+* ``make demo`` (about 12 minutes of SmolLM2 training and streaming) and ``make test`` (this suite): the target
   exists, its script parses, and every ``comprl-gym`` command the script runs is a README
   command run here at tiny size;
 * ``openai:http://127.0.0.1:8000/v1#MODEL`` needs a server: the project's own
@@ -222,6 +222,10 @@ OPTIONS: dict[str, Callable[[list[str]], list[str]]] = {
     "--max-sessions": keep,
     "--idle-timeout": keep,
     "--env-arg": keep,
+    "--run": keep,  # a trained run: the tiny twin of configs/demo.yaml's (tiny_demo_run)
+    "--temperature": keep,
+    "--seed": keep,
+    "--versus": keep,
 }
 
 #: Options added where the README command leaves them at their (large) defaults
@@ -360,6 +364,8 @@ def shrink(
                 values = [AGENTS[values[0]](request) if request else values[0]]
                 if suite:  # the suite is played whole by SUITE_AGENT, the twin on one task
                     twin, values = values[0], [SUITE_AGENT]
+            if word.text == "--run" and request is not None:
+                values = [str(request.getfixturevalue("tiny_demo_run"))]
             argv += [word.text, *OPTIONS[word.text](values)]
             i = j
             continue
@@ -376,6 +382,10 @@ def shrink(
     argv += with_defaults(argv, command.subcommand)
     if command.subcommand == "train":
         argv += [arg for override in TINY_TRAIN for arg in ("--set", override)]
+    if command.subcommand == "stream" and "--config" in argv:
+        # a config streamed as its run starts: the tiny model, from no reader (SmolLM2's)
+        tiny = [*TINY_TRAIN, "actor.init_weights="]
+        argv += [arg for override in tiny for arg in ("--set", override)]
     return Shrunk(argv, narrowed, agent=twin)
 
 
@@ -451,6 +461,18 @@ def experience_store(tmp_path_factory) -> Path:
             env_family="minihack",
         )
     return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_demo_run(tmp_path_factory) -> Path:
+    """``make demo``'s training run at tiny size (from no reader: the committed one is
+    SmolLM2's), for the README's ``stream --run runs/demo`` command."""
+    out = tmp_path_factory.mktemp("demo-run") / "demo"
+    overrides = [*TINY_TRAIN, "actor.init_weights=", "progress=false"]
+    command = ["train", "--config", str(REPO_ROOT / "configs/demo.yaml"), "--output-dir", str(out)]
+    proc = comprl_gym([*command, *(a for o in overrides for a in ("--set", o))], out.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -781,7 +803,7 @@ def check_help(command: Command, work: Path) -> None:
 
 
 def run_make_target(command: Command) -> None:
-    """``make demo`` / ``make test`` are the 14-minute main job and this very suite: check the
+    """``make demo`` / ``make test`` are the 12-minute main job and this very suite: check the
     target exists, its script parses, and every ``comprl-gym`` command it runs is a README
     command (so the case of that command runs it here at tiny size)."""
     [target] = [w.text for w in command.words[1:]]
@@ -795,10 +817,14 @@ def run_make_target(command: Command) -> None:
     for script in scripts:
         syntax = subprocess.run(["bash", "-n", str(REPO_ROOT / script)], capture_output=True)
         assert syntax.returncode == 0, syntax.stderr
-        for line in (REPO_ROOT / script).read_text().splitlines():
+        text = (REPO_ROOT / script).read_text()
+        for line in text.replace("\\\n", " ").splitlines():
+            if line.lstrip().startswith("#"):
+                continue
             match = re.search(r"comprl-gym( .*)$", line)
             if match:
-                assert any(s.startswith("comprl-gym" + match.group(1)) for s in sources), line
+                run = "comprl-gym" + " ".join(match.group(1).split())
+                assert any(s.startswith(run) for s in sources), line
 
 
 # --------------------------------------------------------------------------------------------

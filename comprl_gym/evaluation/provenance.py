@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import platform
 import sqlite3
@@ -233,6 +234,33 @@ def training_provenance(
     }
 
 
+def run_provenance(source: str | os.PathLike[str], models: dict[str, Any]) -> dict[str, Any]:
+    """Where a streamed agent came from. A training run's folder: its latest checkpoint's
+    files with their sha256 (they hold the trained weights: the LoRA adapters under LoRA) and,
+    from the run's ``provenance.json``, the models it started from and the tasks it trained
+    on. A config file (a run before training): the weights its ``models`` (role -> settings
+    with ``model`` and ``init_weights``) load, and no training tasks."""
+    path = Path(source)
+    if not path.is_dir():
+        loaded = {
+            role: model_weights(s.model, getattr(s, "init_weights", "") or "")
+            for role, s in models.items()
+        }
+        return {"config": portable_path(path), "models": loaded, "training_tasks": None}
+    pointer = path / "checkpoints" / "latest"
+    folder = path / "checkpoints" / pointer.read_text().strip()
+    trained = json.loads((path / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    return {
+        "path": portable_path(path),
+        "checkpoint": {
+            "name": folder.name,
+            "files": {p.name: file_sha256(p) for p in sorted(folder.glob("*.pt"))},
+        },
+        "models": trained.get("models"),
+        "training_tasks": trained.get("training_tasks"),
+    }
+
+
 def agent_info(spec: str, seeds: list[int]) -> dict[str, Any]:
     """The agent: spec, sampling settings, seeds, and for a local model its path and weights hash."""
     info: dict[str, Any] = {"spec": spec, "seeds": list(seeds)}
@@ -301,8 +329,12 @@ def write_provenance(
     config: Any,
     wall_time_s: float,
     suite: dict[str, Any] | None = None,
+    run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write ``provenance.json`` into ``out_dir`` (atomically) and return it."""
+    """Write ``provenance.json`` into ``out_dir`` (atomically) and return it. ``run``: where
+    the agent came from when it is a training run's (:func:`run_provenance`)."""
     record = build_provenance(config, wall_time_s, suite)
+    if run is not None:
+        record["run"] = run
     atomic_write_json(Path(out_dir) / PROVENANCE_FILE, jsonable(record))
     return record

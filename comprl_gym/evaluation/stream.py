@@ -289,11 +289,14 @@ def run_stream(
     config: StreamConfig,
     agent: Any = None,
     own: Callable[[ExperienceManager], Callable[[Trajectory], None]] | None = None,
+    run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Stream ``config`` and write its run folder; returns the summary.
 
     ``agent`` defaults to ``config.agent`` read as an eval spec (:func:`spec_agent`); ``own``
-    makes the ``own`` arm's ``learn`` from its store (a trained extractor's ``write``).
+    makes the ``own`` arm's ``learn`` from its store (a trained extractor's ``write``);
+    ``run`` is the agent's origin for ``provenance.json``
+    (:func:`~comprl_gym.evaluation.provenance.run_provenance`).
     """
     started = time.time()
     out = Path(config.out_dir)
@@ -363,7 +366,7 @@ def run_stream(
     plot_streaming(
         summary["streaming"], out / PLOT_FILE, f"{config.env_id}: success by visit, per arm"
     )
-    write_provenance(out, config, time.time() - started)
+    write_provenance(out, config, time.time() - started, run=run)
     return summary
 
 

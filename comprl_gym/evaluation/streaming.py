@@ -288,18 +288,17 @@ def versus_markdown(versus: dict[str, Any]) -> str:
         "| --- | " + " | ".join("---" for _ in header) + " |",
     ]
     for name, by_visit in versus.items():
-        cells = []
-        for label in labels:
-            paired = by_visit[label]
-            if not paired["pairs"]:
-                cells.append("n/a")
-                continue
-            d = paired["difference"]
-            cells.append(
-                f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] (p {paired['mcnemar_p']:.3g})"
-            )
+        cells = [paired_cell(by_visit[label]) for label in labels]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def paired_cell(paired: dict[str, Any]) -> str:
+    """One paired comparison as the stream prints it: ``+0.50 [-0.14, +0.79] (p 0.5)``."""
+    if not paired["pairs"]:
+        return "n/a"
+    d = paired["difference"]
+    return f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] (p {paired['mcnemar_p']:.3g})"
 
 
 def compare_runs(
