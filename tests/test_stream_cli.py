@@ -10,6 +10,7 @@ won.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -196,6 +197,17 @@ def test_a_trained_runs_actor_streams_and_its_extractor_fills_the_own_arm(
     assert all(r["experiences"] for r in records if r["arm"] == "own" and r["visit"] == 2)
     # The run's folder is only read.
     assert sorted(p.relative_to(trained_run) for p in trained_run.rglob("*")) == before
+    # provenance names the checkpoint streamed, by the sha256 of its files, and what the run
+    # trained on (its own provenance.json)
+    run = json.loads((out / "provenance.json").read_text())["run"]
+    checkpoint = trained_run / "checkpoints" / "step-1" / "trainer.pt"
+    assert run["checkpoint"]["name"] == "step-1"
+    assert (
+        run["checkpoint"]["files"]["trainer.pt"]
+        == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    )
+    trained = json.loads((trained_run / "provenance.json").read_text())
+    assert run["training_tasks"] == trained["training_tasks"] and run["training_tasks"]
 
 
 def test_a_run_without_an_extractor_has_no_own_arm(tmp_path, capsys, monkeypatch):
@@ -214,5 +226,45 @@ def test_a_run_without_an_extractor_has_no_own_arm(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(cli, "_trained_run", lambda run, work, overrides: GRPORun())
     argv = ["stream", "--env", "comprl/Memory-Fork-v0", "--tasks", "2", "--arms", "own"]
     assert main([*argv, "--run", "runs/grpo", "--out", str(tmp_path / "x")]) == 2
-    assert "trained by grpo, which has no extractor" in capsys.readouterr().err
+    assert "runs/grpo is a grpo run, which has no extractor" in capsys.readouterr().err
     assert GRPORun.closed and not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_versus_pairs_a_treatment_with_its_placebo_and_shown_lessons_are_judged(tmp_path):
+    """The scripted reader follows a lesson about its dungeon: oracle wins all 4 dungeons at
+    each visit, inverted none, so oracle minus inverted is +1 with 4 discordant pairs (McNemar
+    p = 2 / 2**4 = 0.125); at visit 2 the oracle arm showed a right lesson after each of its 4
+    wins, the inverted arm a wrong one after each of its 4 losses."""
+    out = tmp_path / "versus"
+    argv = ["stream", "--env", "comprl/Memory-Fork-v0", "--split", "test", "--tasks", "4"]
+    argv += ["--visits", "2", "--arms", "oracle,inverted", "--versus", "oracle:inverted"]
+    argv += ["--agent", f"{__name__}:EastUnlessTold", "--output-dir", str(out), "--no-progress"]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for visit in ("1", "2"):
+        paired = summary["versus"]["oracle minus inverted"][visit]
+        assert paired["pairs"] == 4 and paired["difference"]["mean"] == 1.0
+        assert paired["mcnemar_p"] == pytest.approx(0.125)
+    shown = summary["shown_verdicts"]
+    assert shown["oracle"] == {
+        "after_won": {"right": 4, "wrong": 0, "no_side": 0},
+        "after_lost": {"right": 0, "wrong": 0, "no_side": 0},
+    }
+    assert shown["inverted"]["after_lost"] == {"right": 0, "wrong": 4, "no_side": 0}
+    text = (out / "summary.md").read_text()
+    assert "| oracle minus inverted | +1.00" in text and "by how its previous visit ended" in text
+
+
+def test_versus_and_a_run_source_are_checked_before_anything_is_played(tmp_path, capsys):
+    base = ["stream", "--env", "comprl/Memory-Fork-v0", "--split", "test", "--tasks", "2"]
+    out = tmp_path / "refused"
+    argv = [*base, "--agent", "random", "--arms", "oracle", "--out", str(out)]
+    assert main([*argv, "--versus", "oracle:coin"]) == 2
+    assert "--versus names arm(s) ['coin'] not in --arms" in capsys.readouterr().err
+    assert main([*argv, "--versus", "oracle"]) == 2
+    assert "--versus takes TREATMENT:CONTROL" in capsys.readouterr().err
+    both = [*base, "--run", "runs/x", "--config", "configs/demo.yaml", "--out", str(out)]
+    assert main(both) == 2
+    assert "not both" in capsys.readouterr().err
+    assert not out.exists()

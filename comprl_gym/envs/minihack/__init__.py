@@ -39,7 +39,7 @@ TASKS: dict[str, str] = {
     "MultiRoom-N4": "four rooms joined by doors",
     # Generated (envs/minihack/layouts.py).
     "Room-East-4x3": "a lit 4x3 room; start on the west wall, stairs three steps east",
-    "Corridor-North-4": "a lit corridor one cell wide; stairs three steps north (the demo task)",
+    "Corridor-North-4": "a lit corridor one cell wide; stairs three steps north (configs/corridor.yaml)",
 }
 
 SPEC = FamilySpec(
