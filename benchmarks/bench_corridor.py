@@ -109,7 +109,9 @@ def summarise(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--config", default=str(REPO / "configs" / "corridor.yaml"), help="the corridor's YAML config"
+        "--config",
+        default=str(REPO / "configs" / "corridor.yaml"),
+        help="the corridor's YAML config",
     )
     parser.add_argument("--from-run", type=Path, help="summarise this finished run; train nothing")
     parser.add_argument(

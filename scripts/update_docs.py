@@ -66,6 +66,8 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+#: How a stream's ``shown_verdicts`` group an arm's later visits, in the order printed.
+AFTER, SHOWN_VERDICTS = ("after_won", "after_lost"), ("right", "wrong", "no_side")
 #: ``make demo``'s two streams (``demo.json``), in the order its tables show them.
 DEMO_STREAMS = {"before": "before training", "after": "after training"}
 
@@ -74,7 +76,7 @@ def demo_table() -> str:
     """``make demo``'s success by visit per arm, before and after training, from ``demo.json``
     (``benchmarks/bench_demo.py``); each cell as its streams printed it."""
     demo = result("demo.json")
-    arms = list(demo["after"]["streaming"])
+    arms = demo["after"]["stream"]["arms"]  # in the stream's order (the file's keys are sorted)
     visits = [v for v in demo["after"]["streaming"][arms[0]]["visits"] if v != "all"]
     head = ["arm"] + [f"{label}: visit {v}" for label in DEMO_STREAMS.values() for v in visits]
     rows = [
@@ -87,6 +89,11 @@ def demo_table() -> str:
         for arm in arms
     ]
     return _table(head, rows)
+
+
+def _visit_order(label: str) -> float:
+    """Visits in order, ``all`` last."""
+    return float("inf") if label == "all" else int(label)
 
 
 def demo_versus_table() -> str:
@@ -106,9 +113,10 @@ def demo_shown_table() -> str:
     """What each arm of ``make demo``'s streams showed at visit 2, by how visit 1 ended."""
     demo = result("demo.json")
     rows = [
-        [label, arm, *(str(n) for after in row.values() for n in after.values())]
+        [label, arm, *(str(row[after][v]) for after in AFTER for v in SHOWN_VERDICTS)]
         for name, label in DEMO_STREAMS.items()
-        for arm, row in demo[name]["shown_verdicts"].items()
+        for arm in demo[name]["stream"]["arms"]
+        if (row := demo[name]["shown_verdicts"].get(arm))
     ]
     head = [
         "stream",
@@ -126,11 +134,11 @@ def demo_shown_table() -> str:
 def demo_after_minus_before_table() -> str:
     """Per arm, ``make demo``'s trained run minus its starting point (``demo.json``)."""
     demo = result("demo.json")
+    labels = sorted(next(iter(demo["after_minus_before"].values())), key=_visit_order)
     rows = [
-        [arm] + [paired_cell(by_visit[v]) for v in by_visit]
-        for arm, by_visit in demo["after_minus_before"].items()
+        [arm] + [paired_cell(demo["after_minus_before"][arm][v]) for v in labels]
+        for arm in demo["after"]["stream"]["arms"]
     ]
-    labels = list(next(iter(demo["after_minus_before"].values())))
     head = ["arm"] + [f"visit {v}" if v != "all" else "all visits" for v in labels]
     return _table(head, rows)
 

@@ -163,6 +163,37 @@ def test_the_exemplar_gain_splits_by_earlier_wins():
     assert "| 117 | 18 (0.15) | 21 (0.18) | 19 (0.16) | 109 (0.93) |" in row[3]
 
 
+def test_the_demos_quoted_counts_are_its_files_and_dungeons():
+    """The README's demo paragraph quotes three counts no interval check covers: the training
+    lessons' wrong side (``store/memory/wrong`` of the last iteration in ``demo.json``), the
+    east-walking lesson-free forks (``first_moves_without_lessons``), and how many of the 32
+    streamed dungeons lie east (the env's reset seeds 0..31 of ``test``, sides by the family)."""
+    import gymnasium as gym
+
+    from comprl_gym.envs.memory import dungeon
+
+    demo = update_docs.result("demo.json")
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    last = demo["training"][-1]
+    wrong, lessons = (int(n) for n in re.search(r"wrong side in (\d+) of its (\d+)", text).groups())
+    assert (wrong, lessons) == (
+        last["store/memory/wrong"],
+        sum(last[f"store/memory/{k}"] for k in ("right", "wrong", "both", "neither", "no_task")),
+    )
+    east, forks = (int(n) for n in re.search(r"walks east at (\d+) of (\d+)", text).groups())
+    moves = demo["first_moves_without_lessons"]["after"]
+    assert (east, forks) == (moves["east"], moves["east"] + moves["west"])
+    lie_east, streamed = (
+        int(n) for n in re.search(r"(\d+) of the (\d+) dungeons lie", text).groups()
+    )
+    stream = demo["after"]["stream"]
+    assert streamed == stream["tasks"]
+    env = gym.make(stream["env_id"], **stream["env_kwargs"])
+    ids = [env.reset(seed=seed)[1]["task_id"] for seed in range(stream["tasks"])]
+    env.close()
+    assert lie_east == sum(dungeon(task).side == "east" for task in ids)
+
+
 def _pages() -> list[Path]:
     return [README, *sorted(DOCS.rglob("*.md"))]
 
