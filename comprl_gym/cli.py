@@ -115,7 +115,8 @@ STREAM_HELP = """Stream held-out tasks: every task visited --visits times, once 
 every (task, visit) episode on the same reset and sampling seed in every arm.
 
 Arms: none (no lessons; always run, the reference), the env family's fixed lessons (memory
-family: oracle, inverted, placebo; one per task), exemplar (won episodes' actions, stored
+family: oracle, inverted, placebo, one per task; on Memory-Landmark-v0 also rule,
+inverted_rule, rule_placebo, one rule for every dungeon, there from the first visit), exemplar (won episodes' actions, stored
 between visits), cases (every episode's actions and outcome), the family's scripted memories,
 arms that bound the result (memory family: coin, the stem extractor's placebo, the oracle's
 sentence with a side a coin drew per dungeon; coin_exemplar, the exemplar's placebo, each won

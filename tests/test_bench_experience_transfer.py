@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -18,7 +19,13 @@ from conftest import REPO_ROOT
 
 import comprl_gym  # noqa: F401  (registers the ids)
 from comprl_gym.core import ConfigurationError
-from comprl_gym.envs.memory import dungeon, other_side, pool
+from comprl_gym.envs.memory import (
+    dungeon,
+    inverted_rule_lesson,
+    other_side,
+    pool,
+    rule_lesson,
+)
 from comprl_gym.envs.memory.lessons import lesson_text, neighbour, reading_examples
 from comprl_gym.evaluation.streaming import compare_runs
 from comprl_gym.experience.exemplar import exemplar_lesson
@@ -107,6 +114,28 @@ def test_the_warmup_on_both_sides_makes_the_dungeon_name_useless():
     blind = reading_examples("train", ["none"], "true", kwargs)
     assert [e.answer for e in blind[:4]] == ["east", "west", "east", "west"]
     assert blind[0].lessons == ()
+
+
+def test_the_rule_format_is_labelled_by_the_landmark_the_env_shows():
+    """The ``rule`` reading format: every landmark training dungeon once with the rule and once
+    with its inversion; the rule's label is the side of the landmark in the real env's first
+    observation (read off the text, "- sink: 1 step west and 1 step south"), the inversion's
+    the other side. A fork dungeon has no landmark and is refused."""
+    kwargs = {"variant": "landmark", "branch_length": 2}
+    examples = reading_examples("train", ["rule"], "both", kwargs)
+    assert len(examples) == 2 * len(pool("train"))
+    env = gym.make("comprl/Memory-Landmark-v0", split="train", branch_length=2)
+    for e in examples[:48]:
+        obs, info = env.reset(options=e.reset_options)
+        assert info["task_id"] == e.task_id
+        [where] = re.findall(r"^- [a-z ]+: 1 step (east|west) and 1 step \w+$", obs, re.M)
+        [lesson] = e.lessons
+        assert e.answer == (where if lesson == rule_lesson() else other_side(where))
+        assert lesson in (rule_lesson(), inverted_rule_lesson())
+    env.close()
+    assert {e.lessons[0] for e in examples} == {rule_lesson(), inverted_rule_lesson()}
+    with pytest.raises(ConfigurationError, match="'fork' variant has none"):
+        reading_examples("train", ["rule"], "both", {"branch_length": 2})
 
 
 def test_a_neighbours_lesson_is_labelled_a_coin():

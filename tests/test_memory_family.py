@@ -29,6 +29,7 @@ from comprl_gym.envs.memory import (
     inverted_rule_lesson,
     oracle_lesson,
     placebo_lesson,
+    placebo_rule_lesson,
     pool,
     rule_lesson,
 )
@@ -400,7 +401,14 @@ def test_the_judge_reads_the_dungeon_and_the_side_of_hand_written_lessons(text, 
 
 def test_fixed_lessons_are_judged_as_what_they_are():
     spec = comprl_gym.families.family_spec("memory")
-    assert spec.fixed_lesson_kinds == ("oracle", "inverted", "placebo")
+    assert spec.fixed_lesson_kinds == (
+        "oracle",
+        "inverted",
+        "placebo",
+        "rule",
+        "inverted_rule",
+        "rule_placebo",
+    )
     expected = {"oracle": "right", "inverted": "wrong", "placebo": "neither"}
     for index in (*SPLITS["test"], 0, 300):
         task_id = dungeon(index).task_id("landmark")
@@ -409,8 +417,30 @@ def test_fixed_lessons_are_judged_as_what_they_are():
                 comprl_gym.families.LessonVerdict(index, verdict)
             )
     assert spec.fixed_lesson("oracle", 159) == oracle_lesson("fork/vault-of-marrow")
-    with pytest.raises(ConfigurationError, match="no fixed lesson 'rule'"):
-        spec.fixed_lesson("rule", 159)
+    with pytest.raises(ConfigurationError, match="no fixed lesson 'rules'"):
+        spec.fixed_lesson("rules", 159)
+
+
+def test_the_rule_lessons_are_one_text_for_every_landmark_dungeon():
+    """The Landmark variant's rule, its inversion and its placebo: the same words for every
+    dungeon (what a first visit can use), naming no dungeon (the judge: neither, no task), the
+    placebo naming no side and no relation as long as the rule; a fork dungeon is refused."""
+    spec = comprl_gym.families.family_spec("memory")
+    placebo = placebo_rule_lesson()
+    for kind, text in (
+        ("rule", rule_lesson()),
+        ("inverted_rule", inverted_rule_lesson()),
+        ("rule_placebo", placebo),
+    ):
+        for index in (0, 159, 300, 600):
+            assert spec.fixed_lesson(kind, dungeon(index).task_id("landmark")) == text
+        assert spec.judge(text) == comprl_gym.families.LessonVerdict(None, "neither")
+        with pytest.raises(ConfigurationError, match="fork dungeon.*Memory-Landmark-v0"):
+            spec.fixed_lesson(kind, "fork/vault-of-marrow")
+    words = placebo.lower().replace(",", "").split()
+    assert not set(words) & {*DIRECTION_WORDS, "same", "other", "side"}
+    assert {"fountain", "altar", "sink", "grave", "staircase"} <= set(words)
+    assert len(words) == len(rule_lesson().split()) == 27
 
 
 def test_lessons_are_counted_by_verdict():

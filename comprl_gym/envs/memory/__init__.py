@@ -50,6 +50,7 @@ from comprl_gym.envs.memory.dungeons import (
     oracle_lesson,
     other_side,
     placebo_lesson,
+    placebo_rule_lesson,
     pool,
     rule_lesson,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "oracle_lesson",
     "other_side",
     "placebo_lesson",
+    "placebo_rule_lesson",
     "pool",
     "rule_lesson",
     "stream_memory",

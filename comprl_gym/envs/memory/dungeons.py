@@ -515,6 +515,23 @@ def inverted_rule_lesson() -> str:
     )
 
 
+def placebo_rule_lesson() -> str:
+    """The rule's format-matched placebo: true everywhere and useless (it names no side).
+
+    As many words (27) and SmolLM2 tokens (32) as :func:`rule_lesson`, three characters more;
+    it mentions the landmark and the stairs as the rule does, so what the rule does beyond it
+    is what its one relation (same side) tells.
+
+    Example:
+        >>> placebo_rule_lesson()
+        'In every dungeon the staircase down is at the end of one branch and the fountain, altar, sink or grave beside the start is carved of stone.'
+    """
+    return (
+        "In every dungeon the staircase down is at the end of one branch and "
+        f"{_LANDMARK_WORDS} is carved of stone."
+    )
+
+
 __all__ = [
     "BRANCH_LENGTH",
     "DUNGEON_NAMES",
@@ -534,6 +551,7 @@ __all__ = [
     "oracle_lesson",
     "other_side",
     "placebo_lesson",
+    "placebo_rule_lesson",
     "pool",
     "rule_lesson",
     "slug",

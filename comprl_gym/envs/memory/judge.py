@@ -10,7 +10,8 @@ stairs' side of its dungeon, ``wrong`` when it names only the other side, ``both
 ``neither``.
 
 :func:`fixed_lessons` is its :attr:`~comprl_gym.families.FamilySpec.fixed_lessons`: the
-``oracle``, ``inverted`` and ``placebo`` lessons of :mod:`.dungeons`.
+``oracle``, ``inverted`` and ``placebo`` lessons of :mod:`.dungeons` about one dungeon, and
+the landmark variant's ``rule``, ``inverted_rule`` and ``rule_placebo``.
 
 Example:
     >>> judge_lesson(oracle_lesson("fork/vault-of-marrow"))
@@ -27,22 +28,52 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 
 from comprl_gym.core import ConfigurationError
 from comprl_gym.envs.memory.dungeons import (
     DUNGEON_NAMES,
     dungeon,
     inverted_lesson,
+    inverted_rule_lesson,
     oracle_lesson,
     placebo_lesson,
+    placebo_rule_lesson,
+    rule_lesson,
     slug,
 )
 from comprl_gym.families import LessonVerdict
 
 #: The store's heading of an experience's content (``## Title: ...`` comes before it).
 CONTENT_HEADING = "## Content:"
-#: The fixed lessons, by kind (:attr:`~comprl_gym.families.FamilySpec.fixed_lesson_kinds`).
-FIXED_LESSONS = {"oracle": oracle_lesson, "inverted": inverted_lesson, "placebo": placebo_lesson}
+
+
+def _landmark_rule(rule: Callable[[], str]) -> Callable[[int | str], str]:
+    """A rule of the landmark variant as a fixed lesson of a task: the same words for every
+    dungeon, refused for a fork task (whose dungeons have no landmark to read it by)."""
+
+    def lesson(task: int | str) -> str:
+        if isinstance(task, str) and task.startswith("fork/"):
+            raise ConfigurationError(
+                f"{task!r} is a fork dungeon: the rule lessons read the landmark beside the "
+                "start, which only comprl/Memory-Landmark-v0 has"
+            )
+        return rule()
+
+    return lesson
+
+
+#: The fixed lessons, by kind (:attr:`~comprl_gym.families.FamilySpec.fixed_lesson_kinds`):
+#: each dungeon's own fact (oracle, inverted, placebo) and the landmark variant's one rule
+#: (rule, inverted_rule, rule_placebo), the lesson that could help at a first visit.
+FIXED_LESSONS = {
+    "oracle": oracle_lesson,
+    "inverted": inverted_lesson,
+    "placebo": placebo_lesson,
+    "rule": _landmark_rule(rule_lesson),
+    "inverted_rule": _landmark_rule(inverted_rule_lesson),
+    "rule_placebo": _landmark_rule(placebo_rule_lesson),
+}
 
 
 @functools.cache
@@ -90,7 +121,7 @@ def judge_lesson(text: str) -> LessonVerdict:
 
 
 def fixed_lessons(kind: str, task_id: int | str) -> str:
-    """The fixed lesson of ``kind`` (``oracle``, ``inverted``, ``placebo``) about ``task_id``.
+    """The fixed lesson of ``kind`` (:data:`FIXED_LESSONS`) about ``task_id``.
 
     Example:
         >>> fixed_lessons("inverted", "landmark/vault-of-marrow")

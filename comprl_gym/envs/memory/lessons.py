@@ -27,9 +27,11 @@ from comprl_gym.envs.memory.dungeons import (
     SIDES,
     dungeon,
     inverted_lesson,
+    inverted_rule_lesson,
     oracle_lesson,
     other_side,
     pool,
+    rule_lesson,
     task_text,
 )
 from comprl_gym.families import ReadingExample
@@ -38,8 +40,10 @@ from comprl_gym.families import ReadingExample
 #: memory stores after a straight win (the task and the winning moves); what the case memory
 #: stores after a loss (the task and the one step into the wrong branch); ``none``, the prompt
 #: with no lesson; ``mismatched``, another training dungeon's lesson (one whose name shares a
-#: word, :func:`neighbour`).
-READING_FORMATS = ("oracle", "exemplar", "lost_case", "none", "mismatched")
+#: word, :func:`neighbour`); ``rule`` (the landmark variant only), the one rule that holds in
+#: every dungeon, written for the other side as its inversion (so only reading the rule *and*
+#: the landmark's side in the observation lowers the loss).
+READING_FORMATS = ("oracle", "exemplar", "lost_case", "none", "mismatched", "rule")
 #: Formats labelled once with each side whatever ``sides`` says: nothing in them tells which.
 #: Without a lesson a coin is all the actor can know; a record about a neighbour says nothing
 #: about this dungeon, and a streaming memory shows one to a dungeon it has none for.
@@ -60,9 +64,11 @@ def lesson_text(
     ``side`` (default: the dungeon's own side): ``"oracle"`` (the benchmark's sentence),
     ``"inverted"`` (its opposite), ``"exemplar"`` (what the exemplar memory stores after a
     straight win: the task and the winning moves,
-    :func:`~comprl_gym.experience.exemplar.exemplar_lesson`) or ``"lost_case"`` (what the
+    :func:`~comprl_gym.experience.exemplar.exemplar_lesson`), ``"lost_case"`` (what the
     case memory stores after a loss: the task and the one step into the wrong branch; the
-    side to take is the other one). ``variant`` is the env's (its task text is the exemplar's).
+    side to take is the other one) or ``"rule"`` (the landmark variant's rule, or its inversion
+    when ``side`` is not the dungeon's: the same words in every dungeon). ``variant`` is the
+    env's (its task text is the exemplar's).
 
     Example:
         >>> lesson_text("oracle", 0) == oracle_lesson(0)
@@ -71,6 +77,8 @@ def lesson_text(
         True
         >>> print(lesson_text("exemplar", 0, 2, side="east").splitlines()[1])
         Actions that won it, in order: east, east.
+        >>> lesson_text("rule", 0, variant="landmark") == rule_lesson()
+        True
     """
     d = dungeon(index)
     side = side or d.side
@@ -79,11 +87,18 @@ def lesson_text(
         return case_record(task_text(variant, d), [side] * branch_length, "won")
     if kind == "lost_case":
         return case_record(task_text(variant, d), [other], "lost")
+    if kind == "rule":
+        if variant != "landmark":
+            raise ConfigurationError(
+                f"the rule lesson reads the landmark beside the start: the {variant!r} variant "
+                "has none (warm up on comprl/Memory-Landmark-v0)"
+            )
+        return rule_lesson() if side == d.side else inverted_rule_lesson()
     if kind in ("oracle", "inverted"):
         # The inverted lesson is the oracle's sentence with the other side.
         return (oracle_lesson if (kind == "oracle") == (side == d.side) else inverted_lesson)(index)
     raise ConfigurationError(
-        f"unknown lesson kind {kind!r}; choose from oracle, inverted, exemplar, lost_case"
+        f"unknown lesson kind {kind!r}; choose from oracle, inverted, exemplar, lost_case, rule"
     )
 
 
