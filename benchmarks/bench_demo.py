@@ -17,7 +17,7 @@ visit per arm, after training), ``demo_before.png`` (before) and ``demo_learning
 * ``reader`` (path, bytes, sha256), ``wall_time_s``, ``peak_rss_gib`` (the largest process),
   ``machine`` (cores, load average before and after: the figures are from a shared box).
 
-Run:  python benchmarks/bench_demo.py                   # runs make demo (~12 min on 2 cores)
+Run:  python benchmarks/bench_demo.py                   # runs make demo (~8 min on 2 cores)
       python benchmarks/bench_demo.py --from-run runs/demo
 """
 

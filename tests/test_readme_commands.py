@@ -384,13 +384,22 @@ def shrink(
             argv.append(word.text)
         i += 1
     argv += with_defaults(argv, command.subcommand)
-    if command.subcommand == "train":
-        argv += [arg for override in TINY_TRAIN for arg in ("--set", override)]
-    if command.subcommand == "stream" and "--config" in argv:
-        # a config streamed as its run starts: the tiny model, from no reader (SmolLM2's)
+    if command.subcommand == "train" or (command.subcommand == "stream" and "--config" in argv):
+        # a config trained, or streamed as its run starts: the tiny model, from no reader (a
+        # config's reader holds SmolLM2's weights)
         tiny = [*TINY_TRAIN, "actor.init_weights="]
+        if "--config" in argv and _warms_up(argv[argv.index("--config") + 1]):
+            tiny.append("warmup.steps=2")  # a reader's recipe: its warm-up, two steps of it
         argv += [arg for override in tiny for arg in ("--set", override)]
     return Shrunk(argv, narrowed, agent=twin)
+
+
+def _warms_up(config: str) -> bool:
+    """Whether the config file (as the README names it, from the checkout) has a warm-up."""
+    path = REPO_ROOT / config
+    if not path.exists():
+        return False
+    return bool((yaml.safe_load(path.read_text()).get("warmup") or {}).get("steps"))
 
 
 def validate_targets(argv: list[str]) -> tuple[list[str], list[int]]:
