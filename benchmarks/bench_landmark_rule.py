@@ -23,7 +23,7 @@ the fork** per arm (landmark side, other side, any other move) with the same pai
 comparison on "the first move is the landmark's side". ``landmark_minus_memory`` pairs the two
 readers arm by arm. Writes ``benchmarks/results/landmark_rule.json`` and ``.png``.
 
-Run:  python benchmarks/bench_landmark_rule.py          # ~25 min on 2 cores (warm-up ~9 min)
+Run:  python benchmarks/bench_landmark_rule.py          # ~45 min on 2 cores (the warm-up ~30)
       python benchmarks/bench_landmark_rule.py --reuse  # summarise streams already in runs/
 """
 
