@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from types import SimpleNamespace
 
 import pytest
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-from comprl_gym.cli import main  # noqa: E402
-from comprl_gym.envs.memory import (  # noqa: E402
+from comprl_gym.cli import main
+from comprl_gym.envs.memory import (
     SPEC,
     dungeon,
     inverted_lesson,
@@ -30,10 +26,10 @@ from comprl_gym.envs.memory import (  # noqa: E402
     other_side,
     pool,
 )
-from comprl_gym.envs.memory.memories import coin_side, side_shown, stream_memory  # noqa: E402
-from comprl_gym.evaluation.stream import FamilyMemory  # noqa: E402
-from comprl_gym.experience import ExperienceManager  # noqa: E402
-from comprl_gym.rollouts import Trajectory  # noqa: E402
+from comprl_gym.envs.memory.memories import coin_side, side_shown, stream_memory
+from comprl_gym.evaluation.stream import FamilyMemory
+from comprl_gym.experience import ExperienceManager
+from comprl_gym.rollouts import Trajectory
 
 TASKS, SEED = 6, 0
 TEST = list(pool("test"))
@@ -283,3 +279,30 @@ def test_an_unknown_arm_is_refused_naming_the_scripted_ones(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unknown arm(s) ['bogus']" in err and "coin, coin_exemplar, outcome_aware" in err
     assert not (out / "episodes.jsonl").exists()
+
+
+def test_make_agent_gives_a_scripted_agent_the_callers_seed():
+    """``make_agent`` builds a ``module:Class`` whose constructor takes ``seed`` with the
+    caller's seed (the stream's: each episode's sampling seed), and with none when none is
+    given: the ReplayAgent's blind side is then ``random.Random("replay:<seed>:<dungeon>")``'s
+    draw, recomputed here, for seeds 0 to 9 (both sides occur)."""
+    import random
+
+    import gymnasium as gym
+
+    from comprl_gym.agents import make_agent
+    from comprl_gym.envs.memory import SIDES
+
+    spec = "comprl_gym.envs.memory.replay:ReplayAgent"
+    env = gym.make("comprl/Memory-Fork-v0", split="test")
+    _, info = env.reset(seed=0)
+    index = dungeon(info["task_id"]).index
+    sides = []
+    for seed in (None, *range(10)):
+        agent = make_agent(spec, env, seed=seed)
+        agent.reset(info["task"], info)
+        expected = random.Random(f"replay:{0 if seed is None else seed}:{index}").choice(SIDES)
+        assert (agent.source, agent.side) == ("coin", expected)
+        sides.append(agent.side)
+    env.close()
+    assert set(sides) == set(SIDES)

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import inspect
 import random
 from typing import Any, Protocol, runtime_checkable
 
@@ -59,7 +60,10 @@ def make_agent(spec: str, env: Any, seed: int | None = None) -> Agent:
     * ``expert``: the expert of the env's family (its :class:`~comprl_gym.families.FamilySpec`);
     * ``hf:MODEL``, ``vllm:MODEL``, ``openai:URL#MODEL`` (optionally ``?temperature=0&...``):
       an :class:`~comprl_gym.agents.llm_agent.LLMAgent` on that backend;
-    * ``module:Class``: your own agent class, called with no arguments.
+    * ``module:Class``: your own agent class, called with ``seed=seed`` when its constructor
+      takes a ``seed`` and one is given (a scripted agent that draws then draws alike for
+      every caller that shares the seed: a stream's arms, common random numbers), else with
+      no arguments.
     """
     if spec == "random":
         return RandomAgent(seed=seed)
@@ -70,6 +74,9 @@ def make_agent(spec: str, env: Any, seed: int | None = None) -> Agent:
             raise ConfigurationError(f"no expert agent for env family {name!r}")
         return load_object(family.expert)(env)
     if ":" in spec and not spec.startswith(("hf:", "llm:", "vllm:", "openai:")):
-        return load_object(spec)()
+        factory = load_object(spec)
+        if seed is not None and "seed" in inspect.signature(factory).parameters:
+            return factory(seed=seed)
+        return factory()
     llm_specs = importlib.import_module("comprl_gym.agents.llm_agent")
     return llm_specs.agent_from_spec(spec, env, seed=seed)

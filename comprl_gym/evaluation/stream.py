@@ -45,7 +45,6 @@ Example (a random agent; no arm carries information, so every arm plays like ``n
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 from collections.abc import Callable
@@ -81,7 +80,7 @@ from comprl_gym.experience.memories import MEMORIES, ExemplarMemory, memory_name
 from comprl_gym.families import FamilySpec, family_spec, verdict_counts
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import Trajectory, append_jsonl
-from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable, load_object
+from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
 
 #: The reference arm, always streamed.
 NONE = "none"
@@ -270,19 +269,7 @@ def spec_agent(spec: str, env_spec: EnvSpec, seed: int) -> Any:
             return agent_from_spec(spec, env, seed=seed)
         finally:
             env.close()
-    return lambda env, sampling_seed: _scripted_agent(spec, env, sampling_seed)
-
-
-def _scripted_agent(spec: str, env: Any, seed: int) -> Any:
-    """:func:`~comprl_gym.agents.base.make_agent`'s agent, except that a ``module:Class`` whose
-    constructor takes ``seed`` is given the episode's sampling seed (a scripted agent that
-    draws, e.g. :class:`comprl_gym.envs.memory.replay.ReplayAgent`, then draws anew each visit
-    and alike in every arm: common random numbers)."""
-    if ":" in spec:
-        factory = load_object(spec)
-        if "seed" in inspect.signature(factory).parameters:
-            return factory(seed=seed)
-    return make_agent(spec, env, seed=seed)
+    return lambda env, sampling_seed: make_agent(spec, env, seed=sampling_seed)
 
 
 def run_stream(
@@ -370,10 +357,10 @@ def run_stream(
     return summary
 
 
-#: How :func:`shown_verdicts` groups an episode's verdict
-#: (:func:`~comprl_gym.evaluation.probe.episode_verdict`): a lesson about the task that names
-#: the right side, the wrong one, or neither (no side, both, only other tasks, no lesson).
-SHOWN = {"right": "right", "wrong": "wrong"}
+#: How :func:`shown_verdicts` counts an episode (its verdict,
+#: :func:`~comprl_gym.evaluation.probe.episode_verdict`, when ``right`` or ``wrong``; any other,
+#: no side, both, only other tasks or no lesson, is ``no_side``).
+SHOWN_KINDS = ("right", "wrong", "no_side")
 
 
 def shown_verdicts(records: list[dict[str, Any]], family: FamilySpec) -> dict[str, Any]:
@@ -410,14 +397,11 @@ def shown_verdicts(records: list[dict[str, Any]], family: FamilySpec) -> dict[st
         lessons = [family.judge(e["content"]) for e in r.get("experiences") or []]
         verdict = episode_verdict(lessons, None if task is None else task.task_id)
         after = "after_won" if outcome[(r["arm"], r["task_index"], visit - 1)] else "after_lost"
-        counts = out.setdefault(r["arm"], {}).setdefault(
-            after, {"right": 0, "wrong": 0, "no_side": 0}
+        row = out.setdefault(
+            r["arm"], {a: dict.fromkeys(SHOWN_KINDS, 0) for a in ("after_won", "after_lost")}
         )
-        counts[SHOWN.get(verdict, "no_side")] += 1
-    for row in out.values():
-        for after in ("after_won", "after_lost"):
-            row.setdefault(after, {"right": 0, "wrong": 0, "no_side": 0})
-    return {arm: {k: row[k] for k in ("after_won", "after_lost")} for arm, row in out.items()}
+        row[after][verdict if verdict in SHOWN_KINDS else "no_side"] += 1
+    return out
 
 
 def stream_markdown(summary: dict[str, Any]) -> str:

@@ -14,9 +14,9 @@ judge reads it, :func:`~comprl_gym.envs.memory.judge.judge_lesson`). Then it
 3. else walks a side drawn at random from its ``seed`` and the dungeon;
 
 and once the replayed moves run out, keeps walking their side (the last east or west move).
-The stream builds it with each episode's sampling seed, so with no lesson it flips a fair coin
-anew at every visit, the same coin in every arm (common random numbers); built without a seed
-(``comprl-gym run``, ``eval``), its coin is seed 0's.
+:func:`~comprl_gym.agents.base.make_agent` builds it with the caller's seed: the stream's is
+each episode's sampling seed, so with no lesson it flips a fair coin anew at every visit, the
+same coin in every arm (common random numbers); built without a seed, its coin is seed 0's.
 
 Example:
     >>> import gymnasium as gym
