@@ -12,6 +12,7 @@ import pytest
 from conftest import ScriptedBackend
 
 import comprl_gym  # noqa: F401
+from comprl_gym.core import ConfigurationError
 from comprl_gym.experience import ExperienceConfig, ExperienceManager, default_embedder
 from comprl_gym.experience.memories import CasesMemory, ExemplarMemory
 from comprl_gym.rollouts import Trajectory
@@ -94,6 +95,39 @@ def test_the_reference_and_the_paired_rule_on_a_hand_worked_table(tmp_path, embe
     paired_r = [s.meta["reward"] for _, s in rules["paired"]]
     assert paired_r == pytest.approx([0.0, 1.0, 0.6])
     assert [s.advantage for _, s in rules["paired"]] == pytest.approx(paired_r)
+
+
+def test_the_choice_rule_centres_r_among_the_lessons_that_gave_the_same_answer(store):
+    # Four stem lessons: two answered "east" (token 7), two "west" (token 8). East's lessons
+    # earned +1 and -1/3, west's -1 and -1: by hand, east's mean is 1/3 and west's -1, so the
+    # advantages are +2/3, -2/3, 0, 0; the batch rule would centre on the mean of all four
+    # (-1/3) and push both west lessons down, the same side twice.
+    e1, e2, w1, w2 = store.add([f"lesson {i}" for i in range(4)])
+    extractor = ExperienceExtractor(
+        None, None, store, settings(extractor_format="stem", extractor_baseline="choice")
+    )
+    extractor.credit_uses(
+        [
+            episode(0, True, True, [e1]),
+            episode(1, True, True, [e2]),
+            episode(1, True, False, [e2]),
+            episode(1, True, False, [e2]),
+            episode(2, True, False, [w1]),
+            episode(3, True, False, [w2]),
+        ]
+    )
+    extractor.pending = [
+        ExtractorGeneration([1, 2], [answer], None, [lesson], 1)
+        for answer, lesson in ((7, e1), (7, e2), (8, w1), (8, w2))
+    ]
+    ready = extractor.ready_samples(actor_step=5)
+    assert [s.meta["reward"] for _, s in ready] == pytest.approx([1.0, -1 / 3, -1.0, -1.0])
+    assert [s.advantage for _, s in ready] == pytest.approx([2 / 3, -2 / 3, 0.0, 0.0])
+
+
+def test_the_choice_rule_is_refused_for_free_written_lessons():
+    with pytest.raises(ConfigurationError, match="extractor_format: stem"):
+        ExperienceSettings(extractor_format="plain", extractor_baseline="choice")
 
 
 def test_a_dropped_or_unread_lesson_gets_no_use(store):

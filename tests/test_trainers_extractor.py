@@ -132,6 +132,13 @@ def test_distil_reads_every_with_experience_trajectory_and_never_the_other_half(
     backend.answers = [decline]
     group = ExperienceExtractor(backend, None, manager, ExperienceSettings(distill="group"))
     assert group.distill(episodes, actor_step=1) == [] and len(backend.prompts) == 3
+    # without_experience: the other half only, the one episode played without a lesson
+    backend.answers = [decline]
+    other = ExperienceExtractor(
+        backend, None, manager, ExperienceSettings(distill="without_experience")
+    )
+    assert other.distill(episodes, actor_step=1) == [] and len(backend.prompts) == 4
+    assert episodes[1].task in backend.prompts[-1][-1]["content"]
     manager.close()
 
 

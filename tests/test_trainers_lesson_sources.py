@@ -167,8 +167,8 @@ class FlippedCredit(ComplementaryRLTrainer):
 
     algorithm = "flipped-credit"
 
-    def extractor_advantages(self, rewards):
-        return [-a for a in super().extractor_advantages(rewards)]
+    def extractor_advantages(self, rewards, answers=None):
+        return [-a for a in super().extractor_advantages(rewards, answers)]
 
 
 @pytest.mark.slow

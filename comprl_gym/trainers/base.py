@@ -185,6 +185,10 @@ class Trainer:
 
             torch.set_num_threads(config.torch_threads)
         self.task_rng = random.Random(config.seed)
+        #: ``task_schedule: revisit``: the pool's reset seeds not dealt yet, and the tasks the
+        #: next iteration plays again.
+        self.task_deck: list[int] = []
+        self.revisit_next: list[tuple[str, int]] = []
         #: The actor's running ``[score sum, episodes]`` per env family over training rollouts,
         #: shown to it when it critiques experiences (reference ``record_actor_performance``).
         self.actor_performance: dict[str, list[float]] = {}
@@ -370,15 +374,32 @@ class Trainer:
 
     # ------------------------------------------------------------------ tasks and envs
     def sample_tasks(self) -> list[TaskRef]:
+        """This iteration's task groups (``config.task_schedule``)."""
         cfg = self.config
         weights = cfg.env_weights or [1.0] * len(cfg.env_ids)
-        return [
-            TaskRef(
-                self.task_rng.choices(cfg.env_ids, weights=weights)[0],
-                self.task_rng.randrange(cfg.task_pool),
-            )
-            for _ in range(cfg.groups_per_iteration)
-        ]
+        if cfg.task_schedule == "random":
+            return [
+                TaskRef(
+                    self.task_rng.choices(cfg.env_ids, weights=weights)[0],
+                    self.task_rng.randrange(cfg.task_pool),
+                )
+                for _ in range(cfg.groups_per_iteration)
+            ]
+        # revisit: the previous iteration's new tasks again, then new ones dealt from the pool
+        revisits = [TaskRef(env_id, seed) for env_id, seed in self.revisit_next]
+        fresh = [self._deal_task(weights) for _ in range(cfg.groups_per_iteration - len(revisits))]
+        new = fresh[len(fresh) - cfg.groups_per_iteration // 2 :]
+        self.revisit_next = [(task.env_id, task.seed) for task in new]
+        return revisits + fresh
+
+    def _deal_task(self, weights: list[float]) -> TaskRef:
+        """A new task: the env id drawn by ``env_weights``, the reset seed dealt from the pool
+        shuffled (every seed once before any twice)."""
+        cfg = self.config
+        if not self.task_deck:
+            self.task_deck = list(range(cfg.task_pool))
+            self.task_rng.shuffle(self.task_deck)
+        return TaskRef(self.task_rng.choices(cfg.env_ids, weights=weights)[0], self.task_deck.pop())
 
     def env_spec(
         self, env_id: str, with_experience: bool, evaluation: bool = False, slot: int = 0
@@ -777,6 +798,8 @@ class Trainer:
             "iteration": self.iteration,
             "rollouts_done": self.rollouts_done,
             "task_rng": self.task_rng.getstate(),
+            "task_deck": list(self.task_deck),
+            "revisit_next": [list(task) for task in self.revisit_next],
             "actor": self.actor.state_dict(),
             "evaluation_before": self.evaluation_before,
             "warmup": self.warmup_record,
@@ -814,6 +837,8 @@ class Trainer:
         self.iteration = int(state["iteration"])
         self.rollouts_done = int(state["rollouts_done"])
         self.task_rng.setstate(state["task_rng"])
+        self.task_deck = list(state.get("task_deck", []))
+        self.revisit_next = [(env_id, int(seed)) for env_id, seed in state.get("revisit_next", [])]
         self.evaluation_before = state.get("evaluation_before")
         self.warmup_record = state.get("warmup")
         self.actor_performance = {

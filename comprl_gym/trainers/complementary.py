@@ -33,7 +33,8 @@ CISPO on whether its lessons helped the actor win) co-evolve. One iteration,
       ``experience.train_on_rejected``) -> the extractor's samples, weighted by their training
       count -> their advantages (:meth:`~ComplementaryRLTrainer.extractor_advantages`: ``r -
       mean(r)`` over the batch, or with ``experience.extractor_baseline: paired`` each use's
-      outcome minus its group's without-experience episodes) -> one CISPO step
+      outcome minus its group's without-experience episodes, or with ``choice`` ``r`` minus
+      the mean over the batch's generations that gave the same answer) -> one CISPO step
       (:meth:`~ComplementaryRLTrainer.extractor_loss`);
    d. merging: every ``merge_interval_steps`` actor steps the extractor merges the store.
 
@@ -249,13 +250,16 @@ class ComplementaryRLTrainer(Trainer):
             settings.cispo_normalization,
         )
 
-    def extractor_advantages(self, rewards: list[float]) -> list[float]:
-        """The advantages of one extractor batch from its rewards ``r(m)``
-        (``experience.extractor_baseline``, :func:`~comprl_gym.trainers.credit.
-        rule_advantages`): ``r - mean(r)`` over the batch (reference
-        ``memory_reward_normalization: {grouping: batch, method: mean}``), or ``paired``'s
-        ``r`` itself (already a difference against the episodes played without the lesson)."""
-        return credit.rule_advantages(rewards, self.config.experience.extractor_baseline)
+    def extractor_advantages(
+        self, rewards: list[float], answers: list[tuple[int, ...]] | None = None
+    ) -> list[float]:
+        """The advantages of one extractor batch from its rewards ``r(m)`` and its answers
+        (each generation's completion tokens) (``experience.extractor_baseline``,
+        :func:`~comprl_gym.trainers.credit.rule_advantages`): ``r - mean(r)`` over the batch
+        (reference ``memory_reward_normalization: {grouping: batch, method: mean}``),
+        ``paired``'s ``r`` itself (already a difference against the episodes played without
+        the lesson), or ``choice``'s ``r`` minus the mean over the batch's same answers."""
+        return credit.rule_advantages(rewards, self.config.experience.extractor_baseline, answers)
 
     def experience_job(self, job: dict[str, Any]) -> None:
         """Credit, distillation, the extractor's update and merging for one iteration's

@@ -133,9 +133,16 @@ class ExperienceSettings(ExperienceConfig):
     #: Folder of the experience store; empty means ``<output_dir>/experience``.
     store_dir: str = ""
     #: Which finished trajectories the extractor reads: ``with_experience`` (the reference:
-    #: every trajectory played with experience, one extraction each, never the other half) or
-    #: ``group`` (``experiences_per_group`` per task group, a win first).
-    distill: Literal["with_experience", "group"] = "with_experience"
+    #: every trajectory played with experience, one extraction each, never the other half),
+    #: ``without_experience`` (every trajectory of the other half: the actor's own moves,
+    #: which no lesson steered, so what the extractor reads does not depend on what it wrote
+    #: before) or ``group`` (``experiences_per_group`` per task group, a win first).
+    distill: Literal["with_experience", "without_experience", "group"] = "with_experience"
+    #: ``outcome``: of the trajectories ``distill`` picks, keep as many won as lost (the last
+    #: ones of the commoner outcome, in play order; none when every one ended alike), so that
+    #: a lesson written for the commoner outcome whatever happened ("the side not walked",
+    #: when most visits are lost) is right no more often than a coin. ``none``: keep them all.
+    distill_balance: Literal["none", "outcome"] = "none"
     #: Trajectories the extractor reads per task group in ``distill: group`` mode.
     experiences_per_group: int = 1
     #: Where the lessons come from: ``extractor`` (the extractor model writes them in
@@ -157,7 +164,13 @@ class ExperienceSettings(ExperienceConfig):
     #: the extractor batch) or ``paired`` (each use's +1/-1 outcome minus the mean outcome of
     #: the same task group's without-experience episodes, averaged over m's uses: what m added
     #: over playing the same task without it; the advantage is that r itself).
-    extractor_baseline: Literal["batch", "paired"] = "batch"
+    #: ``choice``: the ``batch`` rule's ``r`` minus the mean over the batch's generations that
+    #: gave the same answer (a stem lesson's side), so what an answer earns on average moves
+    #: nothing and only in which contexts it earns more trains the extractor; for answers
+    #: that are one of a few choices (``extractor_format: stem``; any other format is refused).
+    #: It drops what the choices are worth on average: zero where the training tasks are
+    #: balanced between them, a bias where they are not.
+    extractor_baseline: Literal["batch", "paired", "choice"] = "batch"
     #: Longest interaction text shown to the extractor (characters; the goal and the last
     #: messages are kept, the middle is folded into one line).
     extractor_transcript_chars: int = 6000
@@ -223,6 +236,12 @@ class ExperienceSettings(ExperienceConfig):
             raise ConfigurationError(
                 "experience.cispo_eps_low must be in [0, 1) and cispo_eps_high >= 0, got "
                 f"{self.cispo_eps_low} and {self.cispo_eps_high}"
+            )
+        if self.extractor_baseline == "choice" and self.extractor_format != "stem":
+            raise ConfigurationError(
+                "experience.extractor_baseline: choice centres r per answer, so it needs "
+                "answers that are one of a few choices: extractor_format: stem, got "
+                f"{self.extractor_format!r}"
             )
         if self.critique_max_tokens < 1:
             raise ConfigurationError("experience.critique_max_tokens must be >= 1")
@@ -328,6 +347,15 @@ class TrainConfig:
     #: Training tasks are drawn from reset seeds ``[0, task_pool)``; evaluation uses the next
     #: ``eval_tasks`` seeds, never seen in training.
     task_pool: int = 64
+    #: How each iteration's task groups are drawn: ``random`` (each group a task drawn from
+    #: the pool with replacement) or ``revisit`` (half the groups, rounded down, are the
+    #: previous iteration's new tasks again; the rest are new tasks, dealt from the pool
+    #: shuffled and dealt again once used up). Under ``revisit`` a task is played in two
+    #: consecutive iterations, so a lesson written on its first visit is read on its second,
+    #: and with a large pool no task recurs often enough for the extractor to learn what to
+    #: write about it by name. The first iteration, having nothing to revisit, deals new tasks
+    #: in every slot; with an odd number of groups one new task per iteration is not revisited.
+    task_schedule: Literal["random", "revisit"] = "random"
     #: Training iterations (one actor update each).
     iterations: int = 10
     #: Task groups per iteration.
@@ -488,6 +516,11 @@ class TrainConfig:
             raise ConfigurationError(f"eval_temperature must be >= 0, got {self.eval_temperature}")
         if self.actor_epochs < 1 or self.max_context_tokens < 1:
             raise ConfigurationError("actor_epochs and max_context_tokens must be >= 1")
+        if self.task_schedule == "revisit" and self.groups_per_iteration < 2:
+            raise ConfigurationError(
+                "task_schedule: revisit plays half the groups again the next iteration, so it "
+                f"needs groups_per_iteration >= 2, got {self.groups_per_iteration}"
+            )
         if self.iterations < 1 or self.groups_per_iteration < 1 or self.task_pool < 1:
             raise ConfigurationError("iterations, groups_per_iteration and task_pool must be >= 1")
         self.distributed.validate()

@@ -16,6 +16,10 @@ the benchmarks that compare the rules (``benchmarks/bench_extractor_credit.py``,
 * ``paired``: each use's outcome minus the mean outcome of its task group's episodes played
   without experience (:func:`paired_outcome`), averaged over the uses (:func:`paired_reward`);
   the advantage is that ``r`` itself;
+* ``choice``: the ``batch`` rule's ``r``, centred within the batch's generations that gave the
+  same answer (a stem lesson's side) instead of over the whole batch
+  (:func:`rule_advantages`): which answer was worth more on average no longer moves the
+  extractor, only which contexts it was worth more in;
 * an answer that wrote nothing is a sample with :data:`REJECTED_REWARD`;
 * :func:`credit_agreement`, a diagnostic: how often each rule's advantage has the sign the
   lesson deserves, where the truth about lessons is known.
@@ -41,11 +45,16 @@ Example (reward attribution from the store's tallies, no model needed):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-#: The baselines of the extractor's advantage (``experience.extractor_baseline``).
+from comprl_gym.trainers.advantages import grouped_advantages
+
+#: The rewards ``r`` of an extractor generation (a batch log's ``r_batch`` and ``r_paired``).
 CREDIT_RULES: tuple[str, ...] = ("batch", "paired")
+#: The baselines of the extractor's advantage (``experience.extractor_baseline``): the two
+#: credit rules, and ``choice`` (the ``batch`` rule's ``r`` centred per answer).
+BASELINES: tuple[str, ...] = (*CREDIT_RULES, "choice")
 #: The fixed reward of a rejected answer (malformed, or below the quality gate): a failed
 #: use's outcome.
 REJECTED_REWARD = -1.0
@@ -137,20 +146,38 @@ def batch_advantages(rewards: Sequence[float]) -> list[float]:
     return [r - mean for r in rewards]
 
 
-def rule_advantages(rewards: Sequence[float], rule: str) -> list[float]:
+def rule_advantages(
+    rewards: Sequence[float], rule: str, answers: Sequence[Hashable] | None = None
+) -> list[float]:
     """The advantages of one extractor batch under ``rule``: ``batch`` subtracts the batch's
     mean; ``paired`` keeps ``r`` (it is already a difference against the episodes played
-    without the lesson).
+    without the lesson); ``choice`` subtracts the mean ``r`` of the generations whose answer
+    (``answers[i]``, e.g. a stem lesson's chosen token) is the same, so an answer given once in
+    the batch gets 0.
+
+    ``choice`` is for answers that are one of a few choices (``extractor_format: stem``).
+    Why: with the reference rule, a batch in which one side happened to earn more moves every
+    context towards that side, and a small extractor learns the side its batches favoured,
+    not when to name it (docs/results/extractor-learning.md). Centred per answer, the
+    advantage only says in which contexts an answer did better than it does on average. That
+    drops what the answers are worth on average, which is nothing where the training tasks
+    are balanced between them, and biases the gradient where they are not.
 
     Example:
         >>> rule_advantages([1.0, 0.0], "batch"), rule_advantages([1.0, 0.0], "paired")
         ([0.5, -0.5], [1.0, 0.0])
+        >>> rule_advantages([1.0, -1.0, -1.0, -1.0, 1.0], "choice", ["e", "e", "w", "w", "x"])
+        [1.0, -1.0, 0.0, 0.0, 0.0]
     """
     if rule == "paired":
         return [float(r) for r in rewards]
     if rule == "batch":
         return batch_advantages(rewards)
-    raise ValueError(f"unknown credit rule {rule!r}; known: {', '.join(CREDIT_RULES)}")
+    if rule == "choice":
+        if answers is None or len(answers) != len(rewards):
+            raise ValueError("the choice rule needs one answer per reward")
+        return [float(a) for a in grouped_advantages(rewards, list(answers), scale=False)]
+    raise ValueError(f"unknown credit rule {rule!r}; known: {', '.join(BASELINES)}")
 
 
 def credit_uses(

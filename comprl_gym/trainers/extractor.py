@@ -6,8 +6,9 @@ agentic/``; the file names below point into it):
 
 * **What is distilled** (``experience.distill``): by default every trajectory played with
   experience, one extraction each, never the without-experience half (reference
-  ``hook_on_episode_end`` -> ``_should_update_trajectory_memory``). ``group`` keeps the older
-  mode: one episode per task group (a win first).
+  ``hook_on_episode_end`` -> ``_should_update_trajectory_memory``). ``without_experience``
+  reads the other half instead (the actor's own moves, which no lesson steered); ``group``
+  keeps the older mode: one episode per task group (a win first).
 * **Input** (reference ``async_memory_manager.py::build_memory_model_messages``): the whole
   episode, each action followed by the observation it produced (Environment / Agent / Tool
   Environment), ``Outcome: SUCCESS/FAILURE`` and the lessons the episode was shown
@@ -146,18 +147,38 @@ def distilled_episodes(
     """The episodes lessons are written from (``experience.distill``), in order.
 
     ``with_experience`` (the reference): every episode played with experience and not cut
-    short, none of the others. ``group``: per task group, the ``experiences_per_group`` most
-    informative episodes (a win first when the group has wins and losses).
+    short, none of the others. ``without_experience``: every episode played without
+    experience and not cut short. ``group``: per task group, the ``experiences_per_group``
+    most informative episodes (a win first when the group has wins and losses). With
+    ``experience.distill_balance: outcome`` as many won as lost episodes are kept: the last
+    ones of the commoner outcome, in play order.
+
+    Example (six episodes without experience, two of them won):
+        >>> from comprl_gym.trainers.config import ExperienceSettings
+        >>> runs = [Trajectory(str(i), "e", "f", "0", "t", i, won=i in (1, 4),
+        ...                    meta={"with_experience": False}) for i in range(6)]
+        >>> kept = distilled_episodes(runs, ExperienceSettings(
+        ...     distill="without_experience", distill_balance="outcome"))
+        >>> [(e.episode_id, e.won) for e in kept]
+        [('1', True), ('3', False), ('4', True), ('5', False)]
     """
-    if settings.distill == "with_experience":
-        return [e for e in episodes if e.with_experience and not e.error]
-    groups: dict[int, list[Trajectory]] = {}
-    for episode in episodes:
-        groups.setdefault(episode.group, []).append(episode)
-    chosen = []
-    for group in groups.values():
-        ordered = sorted(group, key=lambda e: (not e.won, e.episode_id))
-        chosen += ordered[: max(1, settings.experiences_per_group)]
+    if settings.distill in ("with_experience", "without_experience"):
+        wanted = settings.distill == "with_experience"
+        chosen = [e for e in episodes if e.with_experience == wanted and not e.error]
+    else:
+        groups: dict[int, list[Trajectory]] = {}
+        for episode in episodes:
+            groups.setdefault(episode.group, []).append(episode)
+        chosen = []
+        for group in groups.values():
+            ordered = sorted(group, key=lambda e: (not e.won, e.episode_id))
+            chosen += ordered[: max(1, settings.experiences_per_group)]
+    if settings.distill_balance == "outcome":
+        won = [e for e in chosen if e.won]
+        lost = [e for e in chosen if not e.won]
+        n = min(len(won), len(lost))
+        keep = {id(e) for e in won[len(won) - n :] + lost[len(lost) - n :]}
+        chosen = [e for e in chosen if id(e) in keep]
     return chosen
 
 
@@ -558,19 +579,23 @@ class ExperienceExtractor:
     def ready_samples(
         self,
         actor_step: int,
-        advantages: Callable[[list[float]], list[float]] | None = None,
+        advantages: Callable[[list[float], list[tuple[int, ...]]], list[float]] | None = None,
     ) -> list[tuple[ExtractorGeneration, TrainSample]]:
         """:meth:`reward_batch` as samples, each generation's ``r(m)`` turned into its advantage
-        by ``advantages`` (the trainer's ``extractor_advantages`` hook; by default
-        ``extractor_baseline``'s rule, :func:`~comprl_gym.trainers.credit.rule_advantages`:
-        ``r - mean(r over the batch)``, or ``r`` for ``paired``); ``[]`` when none is ready."""
+        by ``advantages(rewards, answers)`` (the trainer's ``extractor_advantages`` hook; each
+        answer is a generation's completion tokens); by default ``extractor_baseline``'s
+        rule, :func:`~comprl_gym.trainers.credit.rule_advantages`: ``r - mean(r over the
+        batch)``, ``r`` for ``paired``, or ``r`` minus the mean over the batch's same answers
+        for ``choice``. ``[]`` when none is ready."""
         batch = self.reward_batch(actor_step)
         if not batch:
             return []
         if advantages is None:
             rule = self.settings.extractor_baseline
-            advantages = lambda rewards: credit.rule_advantages(rewards, rule)  # noqa: E731
-        return self.samples(batch, advantages([scored.reward for scored in batch]))
+            advantages = lambda r, answers: credit.rule_advantages(r, rule, answers)  # noqa: E731
+        rewards = [scored.reward for scored in batch]
+        answers = [tuple(scored.generation.completion_token_ids) for scored in batch]
+        return self.samples(batch, advantages(rewards, answers))
 
     def train_step(self, actor_step: int) -> dict[str, float] | None:
         """One CISPO update on :meth:`ready_samples`, or ``None`` when none is ready."""
@@ -607,6 +632,7 @@ class ExperienceExtractor:
                     "actor_step": actor_step,
                     "kind": generation.kind,
                     "ids": list(generation.written_ids),
+                    "answer": list(generation.completion_token_ids),
                     "advantage": sample.advantage,
                     "stepped": stepped,
                     "r_batch": self.reward_of(generation, "batch"),
