@@ -388,18 +388,19 @@ def shrink(
         # a config trained, or streamed as its run starts: the tiny model, from no reader (a
         # config's reader holds SmolLM2's weights)
         tiny = [*TINY_TRAIN, "actor.init_weights="]
-        if "--config" in argv and _warms_up(argv[argv.index("--config") + 1]):
+        config = _config_of(argv[argv.index("--config") + 1]) if "--config" in argv else {}
+        if (config.get("warmup") or {}).get("steps"):
             tiny.append("warmup.steps=2")  # a reader's recipe: its warm-up, two steps of it
+        if config.get("task_schedule") == "revisit":
+            tiny.append("groups_per_iteration=2")  # a revisit needs a group to play again
         argv += [arg for override in tiny for arg in ("--set", override)]
     return Shrunk(argv, narrowed, agent=twin)
 
 
-def _warms_up(config: str) -> bool:
-    """Whether the config file (as the README names it, from the checkout) has a warm-up."""
+def _config_of(config: str) -> dict:
+    """The config file as the README names it, from the checkout (empty if there is none)."""
     path = REPO_ROOT / config
-    if not path.exists():
-        return False
-    return bool((yaml.safe_load(path.read_text()).get("warmup") or {}).get("steps"))
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 def validate_targets(argv: list[str]) -> tuple[list[str], list[int]]:

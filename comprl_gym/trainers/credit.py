@@ -156,10 +156,11 @@ def rule_advantages(
     the batch gets 0.
 
     ``choice`` is for answers that are one of a few choices (``extractor_format: stem``).
-    Why: with the reference rule, a batch in which one side happened to earn more moves every
-    context towards that side, and a small extractor learns the side its batches favoured,
-    not when to name it (docs/results/extractor-learning.md). Centred per answer, the
-    advantage only says in which contexts an answer did better than it does on average. That
+    Why: under the reference rule, an answer that earned more than the batch's mean is pushed
+    up in every context it was given in, and small stem extractors trained by it settled on
+    one side (docs/results/memory-paper-table.md, docs/results/extractor-learning.md).
+    Centred per answer, the advantage only says in which contexts an answer did better than
+    it does on average. That
     drops what the answers are worth on average, which is nothing where the training tasks
     are balanced between them, and biases the gradient where they are not.
 

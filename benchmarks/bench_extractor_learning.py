@@ -1,0 +1,513 @@
+"""Does the extractor learn from credit alone what to write? (issue 44, item 2)
+
+``configs/extractor-credit.yaml`` trains the stem extractor (SmolLM2-135M filling the memory
+family's lesson stem) by CISPO on the paper's credit and nothing else, beside the committed
+reader, frozen (the paper's experience-only ablation), on 16 training dungeons, 8 with the
+stairs east and 8 west. The right lesson after a visit is "the walked side if it was won, else
+the other"; the frozen extractor copies the walked side after a loss.
+
+Per seed this script trains that config (``--set seed=S``), then gives the committed probe
+episodes (16 held-out ``test_large`` dungeons, each walked once east and once west: 16 won,
+16 lost) to the trained extractor, the frozen one and the scripted outcome-aware rule
+(``comprl-gym probe --run``). It reports P(right | won) and P(right | lost) with Wilson
+intervals, the trained extractor minus the frozen one paired over the same probe episodes
+(Newcombe, McNemar), which side each wrote per (walked side, outcome) cell, the probe logged
+during training (every ``experience.probe_every`` iterations), the training store's verdicts
+and the credit. The issue's bar, per seed: both lower bounds above 0.5 and above the frozen
+extractor. Writes ``benchmarks/results/extractor_learning.json`` and ``.png``.
+
+Run:  python benchmarks/bench_extractor_learning.py --seeds 0,1,2   # ~40 min per seed, 2 cores
+      python benchmarks/bench_extractor_learning.py --reuse         # summarise runs/ already
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from comprl_gym.evaluation.stats import paired_comparison, wilson_interval
+from comprl_gym.utils import atomic_write_json
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+CONFIG = "configs/extractor-credit.yaml"
+CLI = str(REPO / ".venv" / "bin" / "comprl-gym")
+#: The probe report names of ``comprl-gym probe --run`` (trained first, then frozen, then the rule).
+WRITERS = ("trained", "frozen", "outcome_aware")
+#: Per-iteration keys kept from the run's metrics.
+CURVE_KEYS = {
+    "probe_right_won": "probe/right_won",
+    "probe_right_lost": "probe/right_lost",
+    "store_right": "store/memory/right",
+    "store_wrong": "store/memory/wrong",
+    "credit_mean": "extractor/reward_mean",
+    "batch": "extractor/batch",
+    "with_experience": "with_experience/success",
+    "without_experience": "without_experience/success",
+}
+
+
+#: The tries that led to the config's settings, each the config with ``--set`` overrides
+#: (docs/results/extractor-learning.md): their runs are summarised beside the seeds when
+#: their folders exist. Two were stopped early (``stopped_after``), so they have no
+#: checkpoint to probe, only the probe their training logged.
+TRIES = {
+    "lower_lr": {
+        "folder": "extractor-credit-lr5e-4-seed0",
+        "overrides": ["extractor.lr=5e-4"],
+    },
+    "unbalanced_outcomes": {
+        "folder": "extractor-credit-revisit-try",
+        "overrides": ["experience.distill_balance=none", "extractor.lr=5e-4"],
+        "stopped_after": 20,
+    },
+    "recurring_dungeons": {
+        "folder": "extractor-credit-16dungeons-seed0",
+        "overrides": [
+            "task_pool=16",
+            "task_schedule=random",
+            "experience.distill=with_experience",
+            "experience.inject_sample_from=3",
+            "extractor.lr=5e-4",
+        ],
+    },
+    "batch_baseline": {
+        "folder": "extractor-credit-batch-pilot",
+        "overrides": [
+            "task_pool=16",
+            "task_schedule=random",
+            "experience.distill=with_experience",
+            "experience.inject_sample_from=3",
+            "experience.extractor_baseline=batch",
+            "extractor.lora.top_layers=0",
+            "extractor.lr=5e-4",
+            "iterations=60",
+        ],
+        "stopped_after": 18,
+    },
+}
+
+
+def run_folder(seed: int) -> Path:
+    return REPO / "runs" / f"extractor-credit-seed{seed}"
+
+
+def train_and_probe(seed: int) -> None:
+    folder = run_folder(seed)
+    if folder.exists():
+        raise SystemExit(f"{folder} exists: move it away, or summarise it with --reuse")
+    train = [CLI, "train", "--config", CONFIG, "--set", f"seed={seed}", "--output-dir", str(folder)]
+    subprocess.run(train, check=True, cwd=REPO)
+    probe(seed)
+
+
+def probe(seed: int) -> None:
+    folder = run_folder(seed)
+    command = [CLI, "probe", "--run", str(folder), "--out", str(folder / "probe.json")]
+    subprocess.run(command, check=True, cwd=REPO)
+
+
+def lesson_side(text: str) -> str:
+    """The side a stem lesson names (its last words are ``<side> branch.``)."""
+    words = text.replace(".", " ").split()
+    sides = [w for w in words[-3:] if w in ("east", "west")]
+    return sides[-1] if sides else ""
+
+
+def cells(verdicts: list[dict]) -> dict:
+    """Per (walked side, outcome): how many lessons named east and west."""
+    out: dict = {}
+    for v in verdicts:
+        key = f"walked {v['walked']}, {'won' if v['won'] else 'lost'}"
+        named = lesson_side(v["lessons"][0]) if v["lessons"] else ""
+        out.setdefault(key, {"east": 0, "west": 0, "none": 0})[named or "none"] += 1
+    return dict(sorted(out.items()))
+
+
+def writer_summary(report: dict) -> dict:
+    verdicts = report["verdicts"]
+    won = [v for v in verdicts if v["won"]]
+    lost = [v for v in verdicts if not v["won"]]
+    right_won = sum(v["verdict"] == "right" for v in won)
+    right_lost = sum(v["verdict"] == "right" for v in lost)
+    return {
+        "name": report["name"],
+        "right_after_won": wilson_interval(right_won, len(won)).to_dict(),
+        "right_after_lost": wilson_interval(right_lost, len(lost)).to_dict(),
+        "counts": {
+            "right_won": right_won,
+            "won": len(won),
+            "right_lost": right_lost,
+            "lost": len(lost),
+        },
+        "sides_named": cells(verdicts),
+    }
+
+
+def right_by_episode(report: dict, won: bool) -> dict:
+    return {
+        v["episode_id"]: float(v["verdict"] == "right")
+        for v in report["verdicts"]
+        if v["won"] == won
+    }
+
+
+def curve_of(folder: Path) -> list[dict]:
+    """The run's per-iteration :data:`CURVE_KEYS` from its metrics log."""
+    curve = []
+    for line in (folder / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        row = {"iteration": record["step"]}
+        row.update({k: record[m] for k, m in CURVE_KEYS.items() if m in record})
+        curve.append(row)
+    return curve
+
+
+def trained_lessons(folder: Path) -> dict:
+    """What the extractor trained on, judged: each CISPO sample of an extraction (the run's
+    ``batch_log``, one per sample) with the side it named (its answer token), its dungeon
+    (the store's revision log), whether that side is the stairs' and the sign of its
+    advantage. Returns the counts, and how often the advantage's sign agrees with the
+    lesson's correctness (+ for right, - for wrong) per side named."""
+    import sqlite3
+
+    from transformers import AutoTokenizer
+
+    from comprl_gym.envs.memory import dungeon
+    from comprl_gym.llm.models import resolve_model
+    from comprl_gym.trainers.checkpoint import CheckpointManager
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2"))
+    side_of = {
+        tokenizer(f" {s}", add_special_tokens=False)["input_ids"][0]: s for s in ("east", "west")
+    }
+    with sqlite3.connect(folder / "experience" / "experiences.sqlite3") as db:
+        rows = db.execute("select experience_id, detail from revisions where kind = 'add'")
+        added = {int(i): json.loads(d) for i, d in rows}
+    task_of = {i: d["task_ids"][0] for i, d in added.items()}
+    state = CheckpointManager(folder).load()["state"]
+    config = state["config"]
+    # Under task_schedule: revisit an iteration's groups are its revisits, then its new tasks,
+    # the last groups_per_iteration // 2 of which the next iteration plays again: a lesson
+    # written from one of those is read on that next visit, the others only by chance.
+    revisited_from = config["groups_per_iteration"] - config["groups_per_iteration"] // 2
+    out: dict = {"samples": 0, "right": 0, "by_side": {}, "written_before_a_revisit": 0}
+    for record in state["extractor"]["batch_log"]:
+        if record["kind"] != "extract" or len(record["ids"]) != 1 or not record.get("answer"):
+            continue
+        named = side_of.get(record["answer"][0])
+        truth = dungeon(task_of[int(record["ids"][0])]).side
+        right = named == truth
+        cell = out["by_side"].setdefault(named, {"right": 0, "wrong": 0, "agree": 0, "signed": 0})
+        cell["right" if right else "wrong"] += 1
+        if abs(record["advantage"]) > 1e-9:
+            cell["signed"] += 1
+            cell["agree"] += (record["advantage"] > 0) == right
+        out["samples"] += 1
+        out["right"] += right
+        episode = int(added[int(record["ids"][0])]["trajectory_ids"][0].rsplit("-", 1)[1])
+        if config.get("task_schedule", "random") == "revisit":
+            out["written_before_a_revisit"] += episode // config["group_size"] >= revisited_from
+    signed = sum(c["signed"] for c in out["by_side"].values())
+    agree = sum(c["agree"] for c in out["by_side"].values())
+    out["credit_agrees"] = {
+        "agree": agree,
+        "signed": signed,
+        "fraction": agree / signed if signed else None,
+    }
+    return out
+
+
+def probe_summary(reports: list[dict]) -> dict:
+    """The probe's three writers (trained, frozen, the rule), the trained one minus the frozen
+    one paired over the probe episodes, and whether the trained one meets the bar."""
+    by_writer = dict(zip(WRITERS, reports))
+    trained = writer_summary(by_writer["trained"])
+    versus = {
+        outcome: paired_comparison(
+            right_by_episode(by_writer["trained"], won), right_by_episode(by_writer["frozen"], won)
+        )
+        for outcome, won in (("after_won", True), ("after_lost", False))
+    }
+    return {
+        "trained": trained,
+        "frozen": writer_summary(by_writer["frozen"]),
+        "outcome_aware": writer_summary(by_writer["outcome_aware"]),
+        "trained_minus_frozen": versus,
+        "meets_the_bar": all(
+            trained[f"right_{o}"]["low"] > 0.5 and versus[o]["difference"]["low"] > 0
+            for o in ("after_won", "after_lost")
+        ),
+    }
+
+
+def run_summary(folder: Path) -> dict:
+    """A run's probe (when ``probe.json`` exists), its logged probe curve and its provenance."""
+    out: dict = {"curve": curve_of(folder)}
+    if not (folder / "probe.json").exists():
+        return out
+    probe_file = json.loads((folder / "probe.json").read_text())
+    summary = json.loads((folder / "summary.json").read_text())
+    return {
+        **probe_summary(probe_file["families"]["memory"]),
+        **out,
+        "extractor_updates": summary["last"].get("extractor/updates"),
+        "train_time_s": summary["train_time_s"],
+        "trained_lessons": trained_lessons(folder),
+        "checkpoint": probe_file["sources"]["run"],
+        "provenance": summary["provenance"],
+    }
+
+
+def scripted_training_episodes() -> list:
+    """Every ``train`` dungeon walked once east and once west by the probe's scripted walker
+    (one won, one lost each): the perfect-credit diagnostic's episodes, played like the
+    probe's but on the training pool."""
+    import gymnasium as gym
+
+    from comprl_gym.envs.memory import dungeon, pool
+    from comprl_gym.envs.memory.probe import PROBE_ENV_ID, PROBE_ENV_KWARGS
+    from comprl_gym.rollouts import run_episode
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from make_probe_episodes import WalkAgent
+
+    env = gym.make(PROBE_ENV_ID, **{**PROBE_ENV_KWARGS, "split": "train"})
+    episodes = []
+    try:
+        for index in pool("train"):
+            task_id = dungeon(index).task_id("fork")
+            for side in ("east", "west"):
+                episode = run_episode(
+                    env, WalkAgent(side), seed=index, options={"task_id": task_id}
+                )
+                episode.episode_id = f"scripted-{task_id}-{side}"
+                episode.meta = {"with_experience": False, "group": index}
+                episodes.append(episode)
+    finally:
+        env.close()
+    return episodes
+
+
+#: The perfect-credit diagnostic's runs: folder under runs/ -> the config overrides it ran with
+#: (``--perfect-credit STEPS --set ...``).
+PERFECT_RUNS = {
+    "extractor-credit-perfect": ["extractor.lr=5e-4"],
+}
+
+
+def perfect_credit(seed: int, steps: int, out: Path, overrides: list[str]) -> dict:
+    """The config's extractor trained as the runs train it (its settings, CISPO, the choice
+    baseline, batches of ``extractor_batch_size``), but on scripted training episodes
+    (balanced: each dungeon walked both ways) and with a perfect reader's credit: each
+    lesson's one use is won when it names the stairs' side. A diagnostic, not the method: it
+    says whether this model learns the rule in this many updates from a signal without noise.
+    Probed on the committed probe episodes every 5 updates; the final probe is written to
+    ``out`` as ``comprl-gym probe --out`` writes it."""
+    import random
+    import tempfile
+
+    from comprl_gym.envs.memory import dungeon
+    from comprl_gym.evaluation.probe import ScriptedRule, load_probe_episodes, run_probe
+    from comprl_gym.experience import ExperienceConfig, ExperienceManager
+    from comprl_gym.seeding import seed_everything
+    from comprl_gym.trainers.base import policy_backend
+    from comprl_gym.trainers.config import TrainConfig
+    from comprl_gym.trainers.extractor import ExperienceExtractor
+    from comprl_gym.trainers.policy import PolicyOptimizer
+    from comprl_gym.trainers.probe_command import build_extractor
+    from comprl_gym.trainers.probing import ExtractorWriter, probe_metrics
+
+    config = TrainConfig.from_yaml(REPO / CONFIG, [f"seed={seed}", *overrides])
+    seed_everything(seed)
+    settings = config.experience
+    episodes = scripted_training_episodes()
+    won = [e for e in episodes if e.won]
+    lost = [e for e in episodes if not e.won]
+    rng = random.Random(seed)
+    optimizer = PolicyOptimizer.from_settings(config.extractor, "extractor")
+    curve = []
+    with tempfile.TemporaryDirectory() as folder:
+        manager = ExperienceManager(folder, ExperienceConfig(diversify=False, max_entries=64))
+        extractor = ExperienceExtractor(
+            policy_backend(optimizer),
+            optimizer,
+            manager,
+            settings,
+            max_new_tokens=config.extractor.max_new_tokens,
+            temperature=config.extractor.temperature,
+            seed=seed,
+        )
+        half = settings.extractor_batch_size // 2
+        for step in range(1, steps + 1):
+            batch = rng.sample(won, half) + rng.sample(lost, half)
+            for episode in batch:
+                for lesson_id in extractor.write(episode, step):
+                    named = lesson_side(manager.get_one(lesson_id).text)
+                    manager.report_outcome([lesson_id], won=named == dungeon(episode.task_id).side)
+            ready = extractor.ready_samples(step)
+            stats = extractor.update(ready, step) if ready else {}
+            row = {"iteration": step, "credit_mean": stats.get("reward_mean")}
+            if step % 5 == 0:
+                probe = probe_metrics(extractor, config.env_ids, step)
+                row.update(
+                    probe_right_won=probe["probe/right_won"],
+                    probe_right_lost=probe["probe/right_lost"],
+                )
+                print(
+                    f"step {step}: probe right {row['probe_right_won']}/16 after a win, {row['probe_right_lost']}/16 after a loss",
+                    flush=True,
+                )
+            curve.append(row)
+        probe_episodes = load_probe_episodes("memory")
+        frozen = build_extractor(config.extractor, settings, seed)
+        reports = [
+            run_probe(
+                ExtractorWriter(extractor),
+                probe_episodes,
+                "trained extractor (perfect credit)",
+                steps,
+            ),
+            run_probe(ExtractorWriter(frozen), probe_episodes, "frozen extractor", steps),
+            run_probe(ScriptedRule.outcome_aware(), probe_episodes),
+        ]
+        manager.close()
+    atomic_write_json(
+        out,
+        {
+            "families": {"memory": [r.to_dict() for r in reports]},
+            "sources": {"run": {"steps": steps}},
+        },
+    )
+    return {"curve": curve, "steps": steps, "samples_per_step": settings.extractor_batch_size}
+
+
+def perfect_credit_summary() -> dict:
+    """Each perfect-credit diagnostic's probe and curve (``--perfect-credit``) that ran."""
+    out = {}
+    for name, overrides in PERFECT_RUNS.items():
+        folder = REPO / "runs" / name
+        if (folder / "probe.json").exists():
+            reports = json.loads((folder / "probe.json").read_text())["families"]["memory"]
+            out[name] = {
+                "overrides": overrides,
+                **probe_summary(reports),
+                **json.loads((folder / "curve.json").read_text()),
+            }
+    return out
+
+
+def summarise(seeds: list[int]) -> dict:
+    return {
+        "question": "does the stem extractor learn from credit alone to name the walked side "
+        "after a win and the other side after a loss?",
+        "config": CONFIG,
+        "command": f"comprl-gym train --config {CONFIG} --set seed=S; comprl-gym probe --run DIR",
+        "probe": "the memory family's committed probe episodes: 16 test_large dungeons (8 east, "
+        "8 west), each walked once east and once west by a scripted agent",
+        "bar": "per seed: P(right | won) and P(right | lost) with Wilson lower bounds above 0.5, "
+        "and trained minus frozen above 0 (paired over the probe episodes)",
+        "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
+        "seeds": {str(seed): {"seed": seed, **run_summary(run_folder(seed))} for seed in seeds},
+        "tries": {
+            name: {
+                **{k: v for k, v in t.items() if k != "folder"},
+                **run_summary(REPO / "runs" / t["folder"]),
+            }
+            for name, t in TRIES.items()
+            if (REPO / "runs" / t["folder"] / "metrics.jsonl").exists()
+        },
+        "perfect_credit": perfect_credit_summary(),
+    }
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    runs = [(f"seed {seed}", data, "-") for seed, data in result["seeds"].items()]
+    runs += [(name.replace("_", " "), data, "--") for name, data in result["tries"].items()]
+    runs += [
+        ("perfect credit (diagnostic)", data, ":") for data in result["perfect_credit"].values()
+    ]
+    for label, data, style in runs:
+        rows = [r for r in data["curve"] if "probe_right_won" in r]
+        xs = [r["iteration"] for r in rows]
+        (line,) = axes[0].plot(
+            xs, [r["probe_right_won"] / 16 for r in rows], style, marker="o", label=label
+        )
+        color = line.get_color()
+        axes[1].plot(xs, [r["probe_right_lost"] / 16 for r in rows], style, marker="o", color=color)
+        store = [r for r in data["curve"] if "store_right" in r]
+        axes[2].plot(
+            [r["iteration"] for r in store],
+            [r["store_right"] / max(1, r["store_right"] + r["store_wrong"]) for r in store],
+            style,
+            color=color,
+        )
+    for ax, title in zip(
+        axes,
+        (
+            "probe: right after a won visit (frozen 0.50)",
+            "probe: right after a lost visit (frozen 0.00)",
+            "training store (its last 48 lessons): naming the right side",
+        ),
+    ):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.set_ylim(-0.02, 1.02)
+        ax.axhline(0.5, color="grey", lw=0.5)
+    axes[0].set_ylabel("rate (16 probe episodes per outcome)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds")
+    parser.add_argument("--reuse", action="store_true", help="summarise runs already under runs/")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS / "extractor_learning.json", help="the result file"
+    )
+    parser.add_argument(
+        "--perfect-credit",
+        type=int,
+        metavar="STEPS",
+        default=0,
+        help="first run the perfect-credit diagnostic for STEPS updates (seed 0)",
+    )
+    parser.add_argument(
+        "--perfect-folder",
+        default="extractor-credit-perfect",
+        choices=sorted(PERFECT_RUNS),
+        help="the diagnostic's folder under runs/, which fixes its config overrides",
+    )
+    args = parser.parse_args(argv)
+    if args.perfect_credit:
+        folder = REPO / "runs" / args.perfect_folder
+        folder.mkdir(parents=True, exist_ok=True)
+        overrides = PERFECT_RUNS[args.perfect_folder]
+        record = perfect_credit(0, args.perfect_credit, folder / "probe.json", overrides)
+        atomic_write_json(folder / "curve.json", record)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    for seed in seeds:
+        if not args.reuse:
+            train_and_probe(seed)
+        elif not (run_folder(seed) / "probe.json").exists():
+            probe(seed)
+    result = summarise(seeds)
+    atomic_write_json(args.out, result)
+    plot(result, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
