@@ -196,6 +196,77 @@ def landmark_rule_versus_table() -> str:
     return _table(head, rows)
 
 
+#: The extractor-learning study's lesson writers, in the order its tables print them.
+LEARNING_WRITERS = {
+    "trained": "trained",
+    "frozen": "frozen",
+    "outcome_aware": "scripted outcome-aware rule",
+}
+
+
+def _learning_runs() -> dict[str, dict[str, Any]]:
+    """The extractor-learning study's probed runs: each seed, each try with a probe, then the
+    perfect-credit diagnostics."""
+    study = result("extractor_learning.json")
+    runs = {f"seed {seed}": data for seed, data in study["seeds"].items()}
+    runs.update({name.replace("_", " "): t for name, t in study["tries"].items() if "trained" in t})
+    runs.update(
+        {
+            f"perfect credit, {d['steps']} updates (diagnostic)": d
+            for d in study["perfect_credit"].values()
+        }
+    )
+    return runs
+
+
+def extractor_learning_table() -> str:
+    """Per run: each writer's P(right | won) and P(right | lost) on the probe episodes, and
+    the trained extractor minus the frozen one, paired (``extractor_learning.json``)."""
+    rows = []
+    for run, data in _learning_runs().items():
+        for key, label in LEARNING_WRITERS.items():
+            w = data[key]
+            c = w["counts"]
+            versus = data["trained_minus_frozen"] if key == "trained" else None
+            rows.append(
+                [
+                    run,
+                    label,
+                    f"{interval(w['right_after_won'])} ({c['right_won']}/{c['won']})",
+                    f"{interval(w['right_after_lost'])} ({c['right_lost']}/{c['lost']})",
+                    paired_cell(versus["after_won"]) if versus else "",
+                    paired_cell(versus["after_lost"]) if versus else "",
+                    ("yes" if data["meets_the_bar"] else "no") if versus else "",
+                ]
+            )
+    head = [
+        "run",
+        "lesson writer",
+        "right after a win",
+        "right after a loss",
+        "trained minus frozen, after a win",
+        "trained minus frozen, after a loss",
+        "meets the bar",
+    ]
+    return _table(head, rows)
+
+
+def extractor_learning_sides_table() -> str:
+    """Per run: the side each extractor named on the probe, per (walked side, outcome) cell
+    (``extractor_learning.json``), as east / west."""
+    runs = _learning_runs()
+    cells = sorted({cell for d in runs.values() for cell in d["trained"]["sides_named"]})
+    rows = []
+    for run, data in runs.items():
+        for key in ("frozen", "trained", "outcome_aware"):
+            named = data[key]["sides_named"]
+            rows.append(
+                [run, LEARNING_WRITERS[key]]
+                + [f"{named[c]['east']} / {named[c]['west']}" if c in named else "" for c in cells]
+            )
+    return _table(["run", "lesson writer", *cells], rows)
+
+
 def corridor_table() -> str:
     """The corridor run's table (``configs/corridor.yaml``), from ``corridor.json``
     (``benchmarks/bench_corridor.py``)."""
@@ -545,6 +616,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "corridor": corridor_table,
     "landmark-rule": landmark_rule_table,
     "landmark-rule-versus": landmark_rule_versus_table,
+    "extractor-learning": extractor_learning_table,
+    "extractor-learning-sides": extractor_learning_sides_table,
     "trainers-corridor": trainers_corridor_table,
     "memory-paper-table": memory_paper_table,
     "memory-base-rates": memory_base_rates_table,
