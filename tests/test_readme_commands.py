@@ -387,20 +387,24 @@ def shrink(
     if command.subcommand == "train" or (command.subcommand == "stream" and "--config" in argv):
         # a config trained, or streamed as its run starts: the tiny model, from no reader (a
         # config's reader holds SmolLM2's weights)
-        tiny = [*TINY_TRAIN, "actor.init_weights="]
-        config = _config_of(argv[argv.index("--config") + 1]) if "--config" in argv else {}
-        if (config.get("warmup") or {}).get("steps"):
-            tiny.append("warmup.steps=2")  # a reader's recipe: its warm-up, two steps of it
-        if config.get("task_schedule") == "revisit":
-            tiny.append("groups_per_iteration=2")  # a revisit needs a group to play again
+        config = argv[argv.index("--config") + 1] if "--config" in argv else ""
+        tiny = [*tiny_train(config), "actor.init_weights="]
         argv += [arg for override in tiny for arg in ("--set", override)]
     return Shrunk(argv, narrowed, agent=twin)
 
 
-def _config_of(config: str) -> dict:
-    """The config file as the README names it, from the checkout (empty if there is none)."""
+def tiny_train(config: str) -> list[str]:
+    """:data:`TINY_TRAIN` for the config file the README names (from the checkout; ``""``:
+    none), with what that config needs to run tiny: a reader's recipe runs two steps of its
+    warm-up, and a revisit schedule gets a second group to play again."""
     path = REPO_ROOT / config
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    data = (yaml.safe_load(path.read_text()) or {}) if config and path.is_file() else {}
+    tiny = list(TINY_TRAIN)
+    if (data.get("warmup") or {}).get("steps"):
+        tiny.append("warmup.steps=2")
+    if data.get("task_schedule") == "revisit":
+        tiny.append("groups_per_iteration=2")
+    return tiny
 
 
 def validate_targets(argv: list[str]) -> tuple[list[str], list[int]]:
@@ -943,7 +947,7 @@ def test_every_readme_config_loads_tiny_as_the_trainer_the_table_names():
     configs = readme_config_table()
     assert "configs/demo.yaml" in configs and len(configs) >= 4
     for path, trainer in configs.items():
-        config = TrainConfig.from_yaml(REPO_ROOT / path, TINY_TRAIN)
+        config = TrainConfig.from_yaml(REPO_ROOT / path, tiny_train(path))
         assert TRAINERS[config.algorithm].endswith(":" + trainer), (path, config.algorithm)
         assert config.actor.model == "tiny" and config.iterations == 1
 
