@@ -2,8 +2,8 @@
 
 ``configs/extractor-credit.yaml`` trains the stem extractor (SmolLM2-135M filling the memory
 family's lesson stem) by CISPO on the paper's credit and nothing else, beside the committed
-reader, frozen (the paper's experience-only ablation), on 16 training dungeons, 8 with the
-stairs east and 8 west. The right lesson after a visit is "the walked side if it was won, else
+reader, frozen (the paper's experience-only ablation), on the ``train`` pool's 192 dungeons
+(half with the stairs east), each played in two consecutive iterations. The right lesson after a visit is "the walked side if it was won, else
 the other"; the frozen extractor copies the walked side after a loss.
 
 Per seed this script trains that config (``--set seed=S``), then gives the committed probe
@@ -16,7 +16,7 @@ during training (every ``experience.probe_every`` iterations), the training stor
 and the credit. The issue's bar, per seed: both lower bounds above 0.5 and above the frozen
 extractor. Writes ``benchmarks/results/extractor_learning.json`` and ``.png``.
 
-Run:  python benchmarks/bench_extractor_learning.py --seeds 0,1,2   # ~40 min per seed, 2 cores
+Run:  python benchmarks/bench_extractor_learning.py --seeds 0,1,2   # ~21 min per seed, 2 cores
       python benchmarks/bench_extractor_learning.py --reuse         # summarise runs/ already
 """
 
@@ -28,7 +28,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from comprl_gym.evaluation.stats import paired_comparison, wilson_interval
+from comprl_gym.envs.memory import dungeon
+from comprl_gym.envs.memory.dungeons import other_side
+from comprl_gym.evaluation.stats import paired_comparison
 from comprl_gym.utils import atomic_write_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,11 +112,11 @@ def probe(seed: int) -> None:
     subprocess.run(command, check=True, cwd=REPO)
 
 
-def lesson_side(text: str) -> str:
-    """The side a stem lesson names (its last words are ``<side> branch.``)."""
-    words = text.replace(".", " ").split()
-    sides = [w for w in words[-3:] if w in ("east", "west")]
-    return sides[-1] if sides else ""
+def named_side(verdict: dict) -> str:
+    """The side a probe lesson named, from the family judge's verdict on it: the stairs' side
+    if it was right, the other if wrong, ``none`` otherwise."""
+    stairs = dungeon(verdict["task_id"]).side
+    return {"right": stairs, "wrong": other_side(stairs)}.get(verdict["verdict"], "none")
 
 
 def cells(verdicts: list[dict]) -> dict:
@@ -122,27 +124,23 @@ def cells(verdicts: list[dict]) -> dict:
     out: dict = {}
     for v in verdicts:
         key = f"walked {v['walked']}, {'won' if v['won'] else 'lost'}"
-        named = lesson_side(v["lessons"][0]) if v["lessons"] else ""
-        out.setdefault(key, {"east": 0, "west": 0, "none": 0})[named or "none"] += 1
+        out.setdefault(key, {"east": 0, "west": 0, "none": 0})[named_side(v)] += 1
     return dict(sorted(out.items()))
 
 
 def writer_summary(report: dict) -> dict:
+    """A probe report's rates (its own Wilson intervals), counts and the sides it named."""
     verdicts = report["verdicts"]
-    won = [v for v in verdicts if v["won"]]
-    lost = [v for v in verdicts if not v["won"]]
-    right_won = sum(v["verdict"] == "right" for v in won)
-    right_lost = sum(v["verdict"] == "right" for v in lost)
+    counts = {}
+    for outcome, won in (("won", True), ("lost", False)):
+        episodes = [v for v in verdicts if v["won"] == won]
+        counts[f"right_{outcome}"] = sum(v["verdict"] == "right" for v in episodes)
+        counts[outcome] = len(episodes)
     return {
         "name": report["name"],
-        "right_after_won": wilson_interval(right_won, len(won)).to_dict(),
-        "right_after_lost": wilson_interval(right_lost, len(lost)).to_dict(),
-        "counts": {
-            "right_won": right_won,
-            "won": len(won),
-            "right_lost": right_lost,
-            "lost": len(lost),
-        },
+        "right_after_won": report["right_after_won"],
+        "right_after_lost": report["right_after_lost"],
+        "counts": counts,
         "sides_named": cells(verdicts),
     }
 
@@ -176,7 +174,6 @@ def trained_lessons(folder: Path) -> dict:
 
     from transformers import AutoTokenizer
 
-    from comprl_gym.envs.memory import dungeon
     from comprl_gym.llm.models import resolve_model
     from comprl_gym.trainers.checkpoint import CheckpointManager
 
@@ -268,7 +265,7 @@ def scripted_training_episodes() -> list:
     probe's but on the training pool."""
     import gymnasium as gym
 
-    from comprl_gym.envs.memory import dungeon, pool
+    from comprl_gym.envs.memory import pool
     from comprl_gym.envs.memory.probe import PROBE_ENV_ID, PROBE_ENV_KWARGS
     from comprl_gym.rollouts import run_episode
 
@@ -310,9 +307,9 @@ def perfect_credit(seed: int, steps: int, out: Path, overrides: list[str]) -> di
     import random
     import tempfile
 
-    from comprl_gym.envs.memory import dungeon
     from comprl_gym.evaluation.probe import ScriptedRule, load_probe_episodes, run_probe
     from comprl_gym.experience import ExperienceConfig, ExperienceManager
+    from comprl_gym.families import family_spec
     from comprl_gym.seeding import seed_everything
     from comprl_gym.trainers.base import policy_backend
     from comprl_gym.trainers.config import TrainConfig
@@ -325,6 +322,7 @@ def perfect_credit(seed: int, steps: int, out: Path, overrides: list[str]) -> di
     seed_everything(seed)
     settings = config.experience
     episodes = scripted_training_episodes()
+    spec = family_spec("memory")
     won = [e for e in episodes if e.won]
     lost = [e for e in episodes if not e.won]
     rng = random.Random(seed)
@@ -346,8 +344,8 @@ def perfect_credit(seed: int, steps: int, out: Path, overrides: list[str]) -> di
             batch = rng.sample(won, half) + rng.sample(lost, half)
             for episode in batch:
                 for lesson_id in extractor.write(episode, step):
-                    named = lesson_side(manager.get_one(lesson_id).text)
-                    manager.report_outcome([lesson_id], won=named == dungeon(episode.task_id).side)
+                    verdict = spec.judge(manager.get_one(lesson_id).text)
+                    manager.report_outcome([lesson_id], won=verdict.verdict == "right")
             ready = extractor.ready_samples(step)
             stats = extractor.update(ready, step) if ready else {}
             row = {"iteration": step, "credit_mean": stats.get("reward_mean")}

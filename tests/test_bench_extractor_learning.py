@@ -1,6 +1,6 @@
 """The extractor-learning benchmark's reading of a probe (``benchmarks/bench_extractor_learning.py``),
-worked by hand on probe reports shaped as ``comprl-gym probe --out`` writes them: 8 dungeons
-with the stairs east and 8 west, each walked both ways, so 16 won and 16 lost episodes."""
+worked by hand on probe reports as ``comprl-gym probe --out`` writes them, on the probe's 8
+dungeons with the stairs east and 8 west, each walked both ways: 16 won and 16 lost."""
 
 from __future__ import annotations
 
@@ -9,33 +9,37 @@ import importlib.util
 import pytest
 from conftest import REPO_ROOT
 
+from comprl_gym.envs.memory import dungeon
+from comprl_gym.envs.memory.probe import PROBE_DUNGEONS
+from comprl_gym.evaluation.probe import ProbeReport, ProbeVerdict
+from comprl_gym.families import family_spec
+
 BENCH = REPO_ROOT / "benchmarks" / "bench_extractor_learning.py"
 spec = importlib.util.spec_from_file_location("bench_extractor_learning", BENCH)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
-STAIRS = ["east"] * 8 + ["west"] * 8
+#: The probe's own dungeons: 8 with the stairs east, 8 west.
+DUNGEONS = [dungeon(i) for i in PROBE_DUNGEONS]
 
 
 def report(name: str, names) -> dict:
-    """A probe report whose writer names ``names(walked, won)`` for every episode."""
-    verdicts = []
-    for i, stairs in enumerate(STAIRS):
+    """A probe report (the real ProbeReport, judged by the family's judge) whose writer names
+    ``names(walked, won)`` for every episode."""
+    out = ProbeReport(name)
+    for d in DUNGEONS:
         for walked in ("east", "west"):
-            won = walked == stairs
-            side = names(walked, won)
-            verdicts.append(
-                {
-                    "episode_id": f"d{i}-{walked}",
-                    "won": won,
-                    "walked": walked,
-                    "verdict": "right" if side == stairs else "wrong",
-                    "lessons": [
-                        f"In the Hall {i} the staircase down is at the end of the {side} branch."
-                    ],
-                }
+            won = walked == d.side
+            lesson = (
+                f"In {d.name} the staircase down is at the end of the {names(walked, won)} branch."
             )
-    return {"name": name, "verdicts": verdicts}
+            verdict = family_spec("memory").judge(lesson).verdict
+            out.verdicts.append(
+                ProbeVerdict(
+                    f"{d.index}-{walked}", d.task_id("fork"), won, walked, verdict, (lesson,)
+                )
+            )
+    return out.to_dict()
 
 
 def other(side: str) -> str:
@@ -47,12 +51,12 @@ COPY = report("frozen", lambda walked, won: walked)  # copies the walked side
 WEST = report("constant", lambda walked, won: "west")
 
 
-def test_the_side_a_lesson_names_is_read_from_its_last_words():
-    assert (
-        bench.lesson_side("In the Hall 3 the staircase down is at the end of the west branch.")
-        == "west"
-    )
-    assert bench.lesson_side("Go east, then down the stairs.") == ""  # not a stem lesson
+def test_a_named_side_is_read_back_from_the_judges_verdict():
+    # the first probe dungeon has its stairs east: the rule names east after either walk
+    assert DUNGEONS[0].side == "east"
+    assert [bench.named_side(v) for v in RULE["verdicts"][:2]] == ["east", "east"]
+    assert [v["verdict"] for v in WEST["verdicts"][:2]] == ["wrong", "wrong"]  # an east dungeon
+    assert bench.named_side({**WEST["verdicts"][0], "verdict": "neither"}) == "none"
 
 
 def test_cells_count_the_named_side_per_walk_and_outcome():

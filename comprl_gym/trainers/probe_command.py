@@ -64,7 +64,7 @@ def run_extractors(
 ) -> tuple[TrainConfig, dict[str, Any], list[tuple[str, ExperienceExtractor]]]:
     """A saved run's config, where its weights came from, and its extractors: the trained one
     (its newest checkpoint) and, with ``frozen``, the same model with its initial weights."""
-    from comprl_gym.evaluation.provenance import file_sha256
+    from comprl_gym.evaluation.provenance import file_sha256, portable_path
     from comprl_gym.trainers.checkpoint import CheckpointManager
 
     data = CheckpointManager(run_dir).load()
@@ -73,7 +73,7 @@ def run_extractors(
         raise ConfigurationError(f"{run_dir}: the run has no extractor (its algorithm uses none)")
     config = TrainConfig.from_dict(state["config"])
     checkpoint = Path(data["path"]) / "trainer.pt"
-    source = {"checkpoint": str(checkpoint), "sha256": file_sha256(checkpoint)}
+    source = {"checkpoint": portable_path(checkpoint), "sha256": file_sha256(checkpoint)}
     model_state = state["extractor"]["optimizer"]["model"]
     extractors = [
         (
