@@ -33,7 +33,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from comprl_gym.evaluation.eval import load_episodes
 from comprl_gym.evaluation.provenance import file_sha256
+from comprl_gym.evaluation.stream import stream_result
 from comprl_gym.evaluation.streaming import compare_runs
 from comprl_gym.utils import atomic_write_json
 
@@ -63,21 +65,15 @@ def _training(run_dir: Path) -> list[dict]:
 
 
 def _stream(folder: Path) -> dict:
-    summary = json.loads((folder / "summary.json").read_text())
     return {
-        "stream": summary["stream"],
         "agent": json.loads((folder / "config.json").read_text())["identity"]["agent"],
-        **{k: summary.get(k, {}) for k in STREAM_KEYS},
-        "provenance": json.loads((folder / "provenance.json").read_text()),
+        **stream_result(folder, ("stream", *STREAM_KEYS)),
     }
 
 
-def _records(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
-
-
 def summarise(run_dir: Path, streams: dict[str, Path]) -> dict:
-    before, after = _records(streams["before"]), _records(streams["after"])
+    before = load_episodes(streams["before"], repair=False)
+    after = load_episodes(streams["after"], repair=False)
     arms = list(dict.fromkeys(r["arm"] for r in after))
     return {
         "command": "make demo",

@@ -35,9 +35,12 @@ import subprocess
 from pathlib import Path
 
 from comprl_gym.envs.memory import dungeon
+from comprl_gym.evaluation.eval import load_episodes
 from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stats import paired_comparison, proportion_ci
+from comprl_gym.evaluation.stream import stream_result
 from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.trainers.warmup import warmup_loss_summary
 from comprl_gym.utils import atomic_write_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,10 +114,6 @@ def first_moves(records: list[dict]) -> dict:
     }
 
 
-def records_of(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
-
-
 def run_stream(reader: str, path: str) -> None:
     folder = stream_folder(reader)
     if folder.exists():
@@ -146,41 +145,22 @@ def summarise() -> dict:
     streams = {}
     for reader, path in READERS.items():
         folder = stream_folder(reader)
-        summary = json.loads((folder / "summary.json").read_text())
-        streams[reader] = records_of(folder)
+        streams[reader] = load_episodes(folder, repair=False)
         out["readers"][reader] = {
             "weights": {"path": path, "sha256": file_sha256(REPO / path)},
-            **{k: summary.get(k, {}) for k in STREAM_KEYS},
+            **stream_result(folder, STREAM_KEYS),
             "first_moves": first_moves(streams[reader]),
-            "provenance": json.loads((folder / "provenance.json").read_text()),
         }
     out["landmark_minus_memory"] = {
         arm: compare_runs(streams["landmark_reader"], streams["memory_reader"], arm)["all"]
         for arm in ARMS
     }
     out["warmups"] = {
-        name: warmup_summary(json.loads(path.read_text()))
+        name: warmup_loss_summary(json.loads(path.read_text()))
         for name, path in WARMUPS.items()
         if path.exists()
     }
     return out
-
-
-def warmup_summary(record: dict) -> dict:
-    """A warm-up's settings, reader hash and mean loss per format over its first and last ten
-    steps (a coin's loss on the two labelled tokens is ln 2 / 2 = 0.35)."""
-
-    def mean(values: list) -> float:
-        kept = [v for v in values if v is not None]
-        return round(sum(kept) / len(kept), 3)
-
-    losses = record["losses_by_format"]
-    return {
-        **{k: record[k] for k in ("steps", "lr", "formats", "sides", "batch_size", "time_s")},
-        "reader_sha256": record["reader_sha256"],
-        "first_ten": {f: mean(v[:10]) for f, v in losses.items()},
-        "last_ten": {f: mean(v[-10:]) for f, v in losses.items()},
-    }
 
 
 def plot(result: dict, path: Path) -> None:

@@ -27,7 +27,7 @@ from comprl_gym.envs.memory import (
     pool,
 )
 from comprl_gym.envs.memory.memories import coin_side, side_shown, stream_memory
-from comprl_gym.evaluation.stream import FamilyMemory
+from comprl_gym.evaluation.stream import FamilyMemory, stream_result
 from comprl_gym.experience import ExperienceManager
 from comprl_gym.rollouts import Trajectory
 
@@ -189,6 +189,19 @@ def test_the_stream_runs_the_bounding_arms_on_common_random_numbers(bounds):
     first = {(r["arm"], r["task_index"]): _actions(r) for r in records if r["visit"] == 1}
     for arm in ("coin", "coin_exemplar", "outcome_aware"):
         assert [first[(arm, t)] for t in range(TASKS)] == [first[("none", t)] for t in range(TASKS)]
+
+
+def test_a_finished_stream_reads_back_as_a_benchmark_commits_it(tmp_path):
+    # what the benchmarks commit of a stream: the summary's keys and the provenance, with
+    # a key the stream did not write read as empty
+    out = tmp_path / "one-arm"
+    assert main([*STREAM, "--arms", "none,coin", "--versus", "coin:none", "--agent", "random",
+                 "--out", str(out)]) == 0  # fmt: skip
+    result = stream_result(out, ("streaming", "versus", "shown_verdicts", "no_such_key"))
+    assert set(result["streaming"]) == {"none", "coin"}
+    assert result["versus"]["coin minus none"]["all"]["pairs"] == 2 * TASKS
+    assert result["no_such_key"] == {}
+    assert result["provenance"]["agent"]["spec"] == "random"
 
 
 def test_the_outcome_aware_arm_stores_only_right_lessons(bounds):

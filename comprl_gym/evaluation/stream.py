@@ -45,6 +45,7 @@ Example (a random agent; no arm carries information, so every arm plays like ``n
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -65,7 +66,7 @@ from comprl_gym.evaluation.eval import (
     summary_markdown,
     write_run,
 )
-from comprl_gym.evaluation.provenance import write_provenance
+from comprl_gym.evaluation.provenance import PROVENANCE_FILE, write_provenance
 from comprl_gym.evaluation.streaming import (
     Arm,
     plot_streaming,
@@ -402,6 +403,17 @@ def shown_verdicts(records: list[dict[str, Any]], family: FamilySpec) -> dict[st
         )
         row[after][verdict if verdict in SHOWN_KINDS else "no_side"] += 1
     return out
+
+
+def stream_result(folder: str | os.PathLike[str], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A finished stream folder as a benchmark commits it: the ``keys`` of its
+    ``summary.json`` (``streaming``, ``versus``, ``store_verdicts``, ...; a key the stream did
+    not write is ``{}``) and its ``provenance.json``. Its episodes are
+    :func:`~comprl_gym.evaluation.eval.load_episodes`."""
+    folder = Path(folder)
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    provenance = json.loads((folder / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    return {**{k: summary.get(k, {}) for k in keys}, "provenance": provenance}
 
 
 def stream_markdown(summary: dict[str, Any]) -> str:

@@ -251,6 +251,33 @@ def run_warmup(trainer: Any) -> dict[str, Any]:
     return result
 
 
+def warmup_loss_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """A warm-up's record (its ``warmup.json``) in brief: its settings, its reader's sha256,
+    its time, and the mean loss per format over its first and last ten steps (steps where a
+    format was not drawn are left out).
+
+    Example:
+        >>> record = {"steps": 12, "lr": 1e-3, "formats": ["oracle"], "sides": "both",
+        ...           "batch_size": 8, "time_s": 60.0, "reader_sha256": "ab12",
+        ...           "losses_by_format": {"oracle": [2.0] * 2 + [None] + [1.0] * 9}}
+        >>> summary = warmup_loss_summary(record)
+        >>> summary["first_ten"], summary["last_ten"]
+        ({'oracle': 1.222}, {'oracle': 1.0})
+    """
+
+    def mean(values: list[float | None]) -> float:
+        kept = [v for v in values if v is not None]
+        return round(sum(kept) / len(kept), 3)
+
+    losses = record["losses_by_format"]
+    return {
+        **{k: record[k] for k in ("steps", "lr", "formats", "sides", "batch_size", "time_s")},
+        "reader_sha256": record["reader_sha256"],
+        "first_ten": {f: mean(v[:10]) for f, v in losses.items()},
+        "last_ten": {f: mean(v[-10:]) for f, v in losses.items()},
+    }
+
+
 __all__ = [
     "READER_FILE",
     "WARMUP_DIR",
@@ -258,5 +285,6 @@ __all__ = [
     "reading_examples",
     "reading_samples",
     "run_warmup",
+    "warmup_loss_summary",
     "warmup_optimizer",
 ]

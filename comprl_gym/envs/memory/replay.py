@@ -52,6 +52,20 @@ _WON_MOVES = re.compile(r"Actions that won it, in order: (.*?)\.?\s*$", re.MULTI
 _ORACLE_SIDE = re.compile(r"the staircase down is at the end of the (east|west) branch", re.I)
 
 
+def record_moves(text: str) -> list[str]:
+    """The moves of a won episode's record (the exemplar memory's format), in order; ``[]``
+    for any other text.
+
+    Example:
+        >>> record_moves("Actions that won it, in order: east, east.")
+        ['east', 'east']
+        >>> record_moves("In the Mire of Pearls the staircase down is at the end of the east branch.")
+        []
+    """
+    found = _WON_MOVES.search(text)
+    return [m.strip() for m in found.group(1).split(",")] if found else []
+
+
 class ReplayAgent:
     """Replays a shown record's moves, else walks a shown sentence's side, else a coin's.
 
@@ -76,8 +90,7 @@ class ReplayAgent:
             if judge_lesson(e["text"]).task_id == d.index
         ]
         for text in about:
-            found = _WON_MOVES.search(text)
-            moves = [m.strip() for m in found.group(1).split(",")] if found else []
+            moves = record_moves(text)
             walked = [m.lower() for m in moves if m.lower() in SIDES]
             if walked:
                 self.moves, self.side, self.source = moves, walked[-1], "exemplar"
@@ -95,4 +108,4 @@ class ReplayAgent:
         return self.moves.pop(0) if self.moves else self.side
 
 
-__all__ = ["ReplayAgent"]
+__all__ = ["ReplayAgent", "record_moves"]
