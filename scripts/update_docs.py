@@ -204,15 +204,26 @@ LEARNING_WRITERS = {
 }
 
 
+def _overridden(overrides: list[str]) -> str:
+    """A run's config overrides as a label's tail: ``, extractor.lr=5e-4``, or nothing."""
+    return "".join(f", {o}" for o in overrides)
+
+
 def _learning_runs() -> dict[str, dict[str, Any]]:
     """The extractor-learning study's probed runs: each seed, each try with a probe, then the
     perfect-credit diagnostics."""
     study = result("extractor_learning.json")
     runs = {f"seed {seed}": data for seed, data in study["seeds"].items()}
+    runs.update(
+        {
+            f"seed {seed}, to iteration {d['iterations']}": d
+            for seed, d in study.get("continued", {}).items()
+        }
+    )
     runs.update({name.replace("_", " "): t for name, t in study["tries"].items() if "trained" in t})
     runs.update(
         {
-            f"perfect credit, {d['steps']} updates (diagnostic)": d
+            f"perfect credit, {d['steps']} updates{_overridden(d['overrides'])} (diagnostic)": d
             for d in study["perfect_credit"].values()
         }
     )
@@ -597,6 +608,124 @@ def unsupported_figures(text: str, results: Path = RESULTS) -> list[str]:
     return wrong
 
 
+#: The second-reader study's readers, in the order its tables print them.
+SECOND_READERS = {"seed_0": "seed 0 (committed)", "seed_1": "seed 1"}
+
+
+def second_reader_table() -> str:
+    """Per reader and arm: success at each visit (``second_reader.json``), Wilson intervals."""
+    study = result("second_reader.json")
+    visits = sorted(
+        {v for r in study["readers"].values() for v in r["streaming"]["none"]["visits"]} - {"all"}
+    )
+    rows = [
+        [label, arm]
+        + [
+            interval(study["readers"][reader]["streaming"][arm]["visits"][v]["success"])
+            for v in visits
+        ]
+        for reader, label in SECOND_READERS.items()
+        for arm in study["arms"]
+    ]
+    return _table(["reader", "arm", *[f"visit {v}" for v in visits]], rows)
+
+
+def second_reader_versus_table() -> str:
+    """Per reader: each comparison at visit 2, over all dungeons and split by the dungeon's
+    visit-1 outcome, and oracle minus none at visit 1 (``second_reader.json``), paired."""
+    study = result("second_reader.json")
+    rows = []
+    for reader, label in SECOND_READERS.items():
+        r = study["readers"][reader]
+        split = r["by_own_past"]
+        won, lost = split["won_at_visit_1"], split["lost_at_visit_1"]
+        for name in study["comparisons"]:
+            rows.append(
+                [
+                    label,
+                    name,
+                    paired_cell(r["versus"][name]["2"]),
+                    f"{paired_cell(won[name])} ({won['dungeons']})",
+                    f"{paired_cell(lost[name])} ({lost['dungeons']})",
+                ]
+            )
+        rows.append(
+            [
+                label,
+                "oracle minus none, visit 1",
+                paired_cell(r["streaming"]["oracle"]["minus_none"]["1"]),
+                "",
+                "",
+            ]
+        )
+    head = [
+        "reader",
+        "comparison",
+        "visit 2, all dungeons",
+        "visit 2, dungeons won at visit 1 (n)",
+        "visit 2, dungeons lost at visit 1 (n)",
+    ]
+    return _table(head, rows)
+
+
+def second_reader_warmups_table() -> str:
+    """The seed-1 reader's two warm-ups (``second_reader.json``, ``seed_1_warmups``)."""
+    warmups = result("second_reader.json")["seed_1_warmups"]
+    rows = []
+    for name in ("memory-reader-seed1-oe80", "memory-reader-seed1"):
+        w = warmups[name]
+        rows.append(
+            [
+                f"`runs/{name}`",
+                f"{w['steps']}, {w['lr']:g}",
+                ", ".join(w["formats"]),
+                f"{w['time_s'] / 60:.0f} min",
+                ", ".join(f"{f} {v:.2f}" for f, v in w["first_ten"].items()),
+                ", ".join(f"{f} {v:.2f}" for f, v in w["last_ten"].items()),
+                f"`{w['reader_sha256'][:8]}…`",
+            ]
+        )
+    head = ["warm-up", "steps, lr", "formats", "warm-up time", "loss, first ten steps",
+            "loss, last ten steps", "reader sha256"]  # fmt: skip
+    return _table(head, rows)
+
+
+def second_reader_moves_table() -> str:
+    """Per reader, own-past group and arm at visit 2: wins, first moves to the stairs' side,
+    wins after one, and the shown record's side (``second_reader.json``, ``visit_2_moves``)."""
+    study = result("second_reader.json")
+    rows = []
+    for reader, label in SECOND_READERS.items():
+        moves = study["readers"][reader]["visit_2_moves"]
+        for group in ("won_at_visit_1", "lost_at_visit_1"):
+            for arm in study["arms"]:
+                m = moves[group][arm]
+                shown = m["record_names_stairs"] + m["record_names_other"]
+                rows.append(
+                    [
+                        label,
+                        group.replace("_", " "),
+                        arm,
+                        f"{m['won']} of {m['episodes']}",
+                        str(m["first_move_to_stairs"]),
+                        f"{m['won_after_first_move_to_stairs']} of {m['first_move_to_stairs']}",
+                        f"{m['record_names_stairs']} / {m['record_names_other']}" if shown else "",
+                        f"{m['first_move_as_record']} of {shown}" if shown else "",
+                    ]
+                )
+    head = [
+        "reader",
+        "dungeons",
+        "arm",
+        "won",
+        "first move to the stairs' side",
+        "won after it",
+        "record shown names the stairs' side / the other",
+        "first move as the record's",
+    ]
+    return _table(head, rows)
+
+
 @cache
 def _figures_in(results: Path) -> tuple[set, set]:
     intervals: set = set()
@@ -618,6 +747,10 @@ TABLES: dict[str, Callable[[], str]] = {
     "landmark-rule-versus": landmark_rule_versus_table,
     "extractor-learning": extractor_learning_table,
     "extractor-learning-sides": extractor_learning_sides_table,
+    "second-reader": second_reader_table,
+    "second-reader-versus": second_reader_versus_table,
+    "second-reader-moves": second_reader_moves_table,
+    "second-reader-warmups": second_reader_warmups_table,
     "trainers-corridor": trainers_corridor_table,
     "memory-paper-table": memory_paper_table,
     "memory-base-rates": memory_base_rates_table,
