@@ -45,7 +45,12 @@ from comprl_gym.evaluation.eval import (
     summarize,
     write_run,
 )
-from comprl_gym.evaluation.provenance import PROVENANCE_FILE, file_sha256, training_provenance
+from comprl_gym.evaluation.provenance import (
+    PROVENANCE_FILE,
+    file_sha256,
+    portable_path,
+    training_provenance,
+)
 from comprl_gym.experience.memories import ExemplarMemory, memory_named
 from comprl_gym.families import family_spec, verdict_counts
 from comprl_gym.llm.base import LLMBackend
@@ -831,8 +836,8 @@ class Trainer:
         data = self.checkpoints.load(step)
         state = data["state"]
         checkpoint = Path(data["path"]) / "trainer.pt"
-        # hashed now: a later save prunes this checkpoint
-        self.resumed_from[str(checkpoint)] = file_sha256(checkpoint)
+        # hashed now: a later save prunes this checkpoint; named as another machine can read it
+        self.resumed_from[portable_path(checkpoint)] = file_sha256(checkpoint)
         self.tasks_played = {k: dict(v) for k, v in state.get("tasks_played", {}).items()}
         self.iteration = int(state["iteration"])
         self.rollouts_done = int(state["rollouts_done"])
