@@ -16,14 +16,20 @@ during training (every ``experience.probe_every`` iterations), the training stor
 and the credit. The issue's bar, per seed: both lower bounds above 0.5 and above the frozen
 extractor. Writes ``benchmarks/results/extractor_learning.json`` and ``.png``.
 
+``--continue-to N`` then trains each seed's run on from its last checkpoint to iteration N
+(a copy of its folder, ``runs/extractor-credit-seedS-Nit``, resumed exactly: weights,
+optimisers, store, task deck, RNGs) and probes it: the same run given more updates.
+
 Run:  python benchmarks/bench_extractor_learning.py --seeds 0,1,2   # ~21 min per seed, 2 cores
       python benchmarks/bench_extractor_learning.py --reuse         # summarise runs/ already
+      python benchmarks/bench_extractor_learning.py --reuse --seeds 0,1 --continue-to 80
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +45,8 @@ CONFIG = "configs/extractor-credit.yaml"
 CLI = str(REPO / ".venv" / "bin" / "comprl-gym")
 #: The probe report names of ``comprl-gym probe --run`` (trained first, then frozen, then the rule).
 WRITERS = ("trained", "frozen", "outcome_aware")
+#: Iterations per window of :func:`trained_lessons`'s ``by_window``.
+WINDOW = 10
 #: Per-iteration keys kept from the run's metrics.
 CURVE_KEYS = {
     "probe_right_won": "probe/right_won",
@@ -93,8 +101,10 @@ TRIES = {
 }
 
 
-def run_folder(seed: int) -> Path:
-    return REPO / "runs" / f"extractor-credit-seed{seed}"
+def run_folder(seed: int, iterations: int | None = None) -> Path:
+    """A seed's run of the config; ``iterations``: its continuation to that iteration."""
+    suffix = f"-{iterations}it" if iterations else ""
+    return REPO / "runs" / f"extractor-credit-seed{seed}{suffix}"
 
 
 def train_and_probe(seed: int) -> None:
@@ -103,11 +113,29 @@ def train_and_probe(seed: int) -> None:
         raise SystemExit(f"{folder} exists: move it away, or summarise it with --reuse")
     train = [CLI, "train", "--config", CONFIG, "--set", f"seed={seed}", "--output-dir", str(folder)]
     subprocess.run(train, check=True, cwd=REPO)
-    probe(seed)
+    probe(folder)
 
 
-def probe(seed: int) -> None:
-    folder = run_folder(seed)
+def continue_and_probe(seed: int, iterations: int) -> None:
+    """Train the seed's run on to ``iterations`` in a copy of its folder (the trainer's exact
+    resume), then probe the copy. A copy that already has its probe is kept as it is."""
+    source, folder = run_folder(seed), run_folder(seed, iterations)
+    if (folder / "probe.json").exists():
+        return
+    if not (source / "checkpoints").exists():
+        raise SystemExit(f"{source} has no checkpoint to continue: train seed {seed} first")
+    if not folder.exists():
+        shutil.copytree(source, folder)
+        (folder / "probe.json").unlink(missing_ok=True)  # the 40-iteration probe is not this one
+    train = [
+        CLI, "train", "--config", CONFIG, "--set", f"seed={seed}", "--set", "resume=true",
+        "--set", f"iterations={iterations}", "--output-dir", str(folder),
+    ]  # fmt: skip
+    subprocess.run(train, check=True, cwd=REPO)
+    probe(folder)
+
+
+def probe(folder: Path) -> None:
     command = [CLI, "probe", "--run", str(folder), "--out", str(folder / "probe.json")]
     subprocess.run(command, check=True, cwd=REPO)
 
@@ -168,8 +196,9 @@ def trained_lessons(folder: Path) -> dict:
     """What the extractor trained on, judged: each CISPO sample of an extraction (the run's
     ``batch_log``, one per sample) with the side it named (its answer token), its dungeon
     (the store's revision log), whether that side is the stairs' and the sign of its
-    advantage. Returns the counts, and how often the advantage's sign agrees with the
-    lesson's correctness (+ for right, - for wrong) per side named."""
+    advantage. Returns the counts, how often the advantage's sign agrees with the lesson's
+    correctness (+ for right, - for wrong) per side named, and the same per :data:`WINDOW`
+    iterations (``by_window``: samples, right, naming east, signed, agreeing)."""
     import sqlite3
 
     from transformers import AutoTokenizer
@@ -192,6 +221,8 @@ def trained_lessons(folder: Path) -> dict:
     # written from one of those is read on that next visit, the others only by chance.
     revisited_from = config["groups_per_iteration"] - config["groups_per_iteration"] // 2
     out: dict = {"samples": 0, "right": 0, "by_side": {}, "written_before_a_revisit": 0}
+    # per WINDOW iterations (by the actor step the sample was written at): what was trained on
+    windows: dict[int, dict] = {}
     for record in state["extractor"]["batch_log"]:
         if record["kind"] != "extract" or len(record["ids"]) != 1 or not record.get("answer"):
             continue
@@ -205,9 +236,22 @@ def trained_lessons(folder: Path) -> dict:
             cell["agree"] += (record["advantage"] > 0) == right
         out["samples"] += 1
         out["right"] += right
+        first = (record["actor_step"] - 1) // WINDOW * WINDOW + 1
+        window = windows.setdefault(
+            first,
+            {"iterations": f"{first}-{first + WINDOW - 1}", "samples": 0, "right": 0, "east": 0,
+             "signed": 0, "agree": 0},
+        )  # fmt: skip
+        window["samples"] += 1
+        window["right"] += right
+        window["east"] += named == "east"
+        if abs(record["advantage"]) > 1e-9:
+            window["signed"] += 1
+            window["agree"] += (record["advantage"] > 0) == right
         episode = int(added[int(record["ids"][0])]["trajectory_ids"][0].rsplit("-", 1)[1])
         if config.get("task_schedule", "random") == "revisit":
             out["written_before_a_revisit"] += episode // config["group_size"] >= revisited_from
+    out["by_window"] = [windows[k] for k in sorted(windows)]
     signed = sum(c["signed"] for c in out["by_side"].values())
     agree = sum(c["agree"] for c in out["by_side"].values())
     out["credit_agrees"] = {
@@ -398,7 +442,7 @@ def perfect_credit_summary() -> dict:
     return out
 
 
-def summarise(seeds: list[int]) -> dict:
+def summarise(seeds: list[int], continued_to: int | None = None) -> dict:
     return {
         "question": "does the stem extractor learn from credit alone to name the walked side "
         "after a win and the other side after a loss?",
@@ -410,6 +454,16 @@ def summarise(seeds: list[int]) -> dict:
         "and trained minus frozen above 0 (paired over the probe episodes)",
         "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
         "seeds": {str(seed): {"seed": seed, **run_summary(run_folder(seed))} for seed in seeds},
+        # each seed's run trained on from its last checkpoint (``--continue-to``)
+        "continued": {
+            str(seed): {
+                "seed": seed,
+                "iterations": continued_to,
+                **run_summary(run_folder(seed, continued_to)),
+            }
+            for seed in seeds
+            if continued_to and (run_folder(seed, continued_to) / "probe.json").exists()
+        },
         "tries": {
             name: {
                 **{k: v for k, v in t.items() if k != "folder"},
@@ -428,11 +482,16 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.8))
     runs = [(f"seed {seed}", data, "-") for seed, data in result["seeds"].items()]
+    runs += [
+        (f"seed {seed}, to iteration {data['iterations']}", data, "-.")
+        for seed, data in result.get("continued", {}).items()
+    ]
     runs += [(name.replace("_", " "), data, "--") for name, data in result["tries"].items()]
     runs += [
-        ("perfect credit (diagnostic)", data, ":") for data in result["perfect_credit"].values()
+        (f"perfect credit, {' '.join(data['overrides']) or 'the config'} (diagnostic)", data, ":")
+        for data in result["perfect_credit"].values()
     ]
     for label, data, style in runs:
         rows = [r for r in data["curve"] if "probe_right_won" in r]
@@ -462,8 +521,8 @@ def plot(result: dict, path: Path) -> None:
         ax.set_ylim(-0.02, 1.02)
         ax.axhline(0.5, color="grey", lw=0.5)
     axes[0].set_ylabel("rate (16 probe episodes per outcome)")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
 
 
@@ -487,6 +546,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(PERFECT_RUNS),
         help="the diagnostic's folder under runs/, which fixes its config overrides",
     )
+    parser.add_argument(
+        "--continue-to",
+        type=int,
+        metavar="N",
+        default=0,
+        help="then train each seed's run on to iteration N (a copy of its folder) and probe it",
+    )
     args = parser.parse_args(argv)
     if args.perfect_credit:
         folder = REPO / "runs" / args.perfect_folder
@@ -499,8 +565,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.reuse:
             train_and_probe(seed)
         elif not (run_folder(seed) / "probe.json").exists():
-            probe(seed)
-    result = summarise(seeds)
+            probe(run_folder(seed))
+    for seed in seeds if args.continue_to else []:
+        continue_and_probe(seed, args.continue_to)
+    result = summarise(seeds, args.continue_to or None)
     atomic_write_json(args.out, result)
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")

@@ -608,6 +608,52 @@ def unsupported_figures(text: str, results: Path = RESULTS) -> list[str]:
     return wrong
 
 
+def extractor_learning_curve_table() -> str:
+    """The probe each extractor-learning run logged every few iterations, right after a win /
+    after a loss of 16 each: the seeds (their continuation's log when there is one, which
+    holds the first iterations too) and the perfect-credit diagnostics
+    (``extractor_learning.json``)."""
+    study = result("extractor_learning.json")
+    columns = {}
+    for seed, data in study["seeds"].items():
+        continued = study.get("continued", {}).get(seed)
+        columns[f"seed {seed}"] = (continued or data)["curve"]
+    for d in study["perfect_credit"].values():
+        columns[f"perfect credit{_overridden(d['overrides'])}"] = d["curve"]
+    logged = {
+        name: {r["iteration"]: f"{r['probe_right_won']} / {r['probe_right_lost']}" for r in curve
+               if "probe_right_won" in r}
+        for name, curve in columns.items()
+    }  # fmt: skip
+    iterations = sorted({i for cells in logged.values() for i in cells})
+    rows = [[str(i)] + [logged[name].get(i, "") for name in columns] for i in iterations]
+    return _table(["iteration", *columns], rows)
+
+
+def extractor_learning_windows_table() -> str:
+    """Per seed (its continuation when there is one), per ten iterations: the trained samples,
+    how many named the stairs' side and east, and how often the credit's sign agreed with the
+    lesson's correctness (``extractor_learning.json``, ``trained_lessons.by_window``)."""
+    study = result("extractor_learning.json")
+    rows = []
+    for seed, data in study["seeds"].items():
+        run = study.get("continued", {}).get(seed) or data
+        for w in run["trained_lessons"]["by_window"]:
+            rows.append(
+                [
+                    f"seed {seed}",
+                    w["iterations"],
+                    str(w["samples"]),
+                    f"{w['right']} ({w['right'] / w['samples']:.2f})",
+                    str(w["east"]),
+                    f"{w['agree']} of {w['signed']}",
+                ]
+            )
+    head = ["run", "iterations", "samples", "naming the stairs' side", "naming east",
+            "credit's sign agrees"]  # fmt: skip
+    return _table(head, rows)
+
+
 #: The second-reader study's readers, in the order its tables print them.
 SECOND_READERS = {"seed_0": "seed 0 (committed)", "seed_1": "seed 1"}
 
@@ -747,6 +793,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "landmark-rule-versus": landmark_rule_versus_table,
     "extractor-learning": extractor_learning_table,
     "extractor-learning-sides": extractor_learning_sides_table,
+    "extractor-learning-curve": extractor_learning_curve_table,
+    "extractor-learning-windows": extractor_learning_windows_table,
     "second-reader": second_reader_table,
     "second-reader-versus": second_reader_versus_table,
     "second-reader-moves": second_reader_moves_table,

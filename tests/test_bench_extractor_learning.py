@@ -91,3 +91,35 @@ def test_the_rule_meets_the_bar_and_a_constant_side_does_not():
         == 8
     )
     assert constant["meets_the_bar"] is False
+
+
+def test_a_continuation_needs_its_seeds_checkpoint_and_keeps_a_probed_copy(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "REPO", tmp_path)
+    calls = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: calls.append(a))
+    assert bench.run_folder(0, 80) == tmp_path / "runs" / "extractor-credit-seed0-80it"
+    with pytest.raises(SystemExit, match="no checkpoint to continue"):
+        bench.continue_and_probe(0, 80)
+    # a copy already probed is a finished continuation: nothing is trained again
+    bench.run_folder(0, 80).mkdir(parents=True)
+    (bench.run_folder(0, 80) / "probe.json").write_text("{}")
+    bench.continue_and_probe(0, 80)
+    assert calls == []
+
+
+def test_a_continuation_copies_the_run_and_drops_the_source_probe(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "REPO", tmp_path)
+    calls = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda command, **k: calls.append(command))
+    source = bench.run_folder(1)
+    (source / "checkpoints").mkdir(parents=True)
+    (source / "metrics.jsonl").write_text('{"step": 40}\n')
+    (source / "probe.json").write_text('{"at": 40}')
+    bench.continue_and_probe(1, 80)
+    copy = bench.run_folder(1, 80)
+    assert (copy / "metrics.jsonl").read_text() == '{"step": 40}\n'
+    assert not (copy / "probe.json").exists()  # the 40-iteration probe is not the copy's
+    train, probe = calls
+    assert train[1:2] == ["train"] and "resume=true" in train and "iterations=80" in train
+    assert train[train.index("--output-dir") + 1] == str(copy)
+    assert probe[1:3] == ["probe", "--run"] and probe[3] == str(copy)
