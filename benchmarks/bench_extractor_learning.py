@@ -229,13 +229,6 @@ def trained_lessons(folder: Path) -> dict:
         named = side_of.get(record["answer"][0])
         truth = dungeon(task_of[int(record["ids"][0])]).side
         right = named == truth
-        cell = out["by_side"].setdefault(named, {"right": 0, "wrong": 0, "agree": 0, "signed": 0})
-        cell["right" if right else "wrong"] += 1
-        if abs(record["advantage"]) > 1e-9:
-            cell["signed"] += 1
-            cell["agree"] += (record["advantage"] > 0) == right
-        out["samples"] += 1
-        out["right"] += right
         first = (record["actor_step"] - 1) // WINDOW * WINDOW + 1
         window = windows.setdefault(
             first,
@@ -245,9 +238,14 @@ def trained_lessons(folder: Path) -> dict:
         window["samples"] += 1
         window["right"] += right
         window["east"] += named == "east"
-        if abs(record["advantage"]) > 1e-9:
-            window["signed"] += 1
-            window["agree"] += (record["advantage"] > 0) == right
+        cell = out["by_side"].setdefault(named, {"right": 0, "wrong": 0, "agree": 0, "signed": 0})
+        cell["right" if right else "wrong"] += 1
+        for tally in (cell, window):  # the credit's sign against the lesson's correctness
+            if abs(record["advantage"]) > 1e-9:
+                tally["signed"] += 1
+                tally["agree"] += (record["advantage"] > 0) == right
+        out["samples"] += 1
+        out["right"] += right
         episode = int(added[int(record["ids"][0])]["trajectory_ids"][0].rsplit("-", 1)[1])
         if config.get("task_schedule", "random") == "revisit":
             out["written_before_a_revisit"] += episode // config["group_size"] >= revisited_from

@@ -115,6 +115,18 @@ def own_past(records: list[dict]) -> dict[int, bool]:
     }
 
 
+def first_action(record: dict) -> str:
+    """The episode's first move, ``""`` when it made none."""
+    return record["turns"][0]["action"] if record["turns"] else ""
+
+
+#: The counts :func:`visit_2_moves` keeps per own-past group and arm.
+MOVE_COUNTS = (
+    "episodes", "won", "first_move_to_stairs", "won_after_first_move_to_stairs",
+    "record_names_stairs", "record_names_other", "first_move_as_record",
+)  # fmt: skip
+
+
 def visit_2_moves(records: list[dict]) -> dict:
     """Where a visit-2 lift comes from, per own-past group and arm: which way the first move
     went (to the stairs' side or not), how often the episode was won after a first move to the
@@ -123,38 +135,22 @@ def visit_2_moves(records: list[dict]) -> dict:
     retrieved for another dungeon names that dungeon's walk) and whether the episode's first
     move was the record's."""
     won_first = own_past(records)
-    out: dict = {}
-    for group, keep in (("won_at_visit_1", True), ("lost_at_visit_1", False)):
-        rows = out.setdefault(group, {})
-        for arm in ARMS:
-            row = rows.setdefault(
-                arm,
-                {
-                    "episodes": 0,
-                    "won": 0,
-                    "first_move_to_stairs": 0,
-                    "won_after_first_move_to_stairs": 0,
-                    "record_names_stairs": 0,
-                    "record_names_other": 0,
-                    "first_move_as_record": 0,
-                },
-            )
-            for r in records:
-                if r["arm"] != arm or r["visit"] != 2 or won_first[r["task_index"]] != keep:
-                    continue
-                stairs = dungeon(r["task_id"]).side
-                toward = bool(r["turns"]) and r["turns"][0]["action"] == stairs
-                row["episodes"] += 1
-                row["won"] += bool(r["won"])
-                row["first_move_to_stairs"] += toward
-                row["won_after_first_move_to_stairs"] += toward and bool(r["won"])
-                shown = [e["content"] for e in r.get("experiences") or []]
-                sides = [m for m in (record_moves(shown[0]) if shown else []) if m in SIDES]
-                if sides:
-                    row["record_names_stairs" if sides[0] == stairs else "record_names_other"] += 1
-                    row["first_move_as_record"] += (
-                        bool(r["turns"]) and r["turns"][0]["action"] == sides[0]
-                    )
+    groups = {True: "won_at_visit_1", False: "lost_at_visit_1"}
+    out = {g: {arm: dict.fromkeys(MOVE_COUNTS, 0) for arm in ARMS} for g in groups.values()}
+    for r in records:
+        if r["visit"] != 2:
+            continue
+        row = out[groups[won_first[r["task_index"]]]][r["arm"]]
+        stairs, move, won = dungeon(r["task_id"]).side, first_action(r), bool(r["won"])
+        row["episodes"] += 1
+        row["won"] += won
+        row["first_move_to_stairs"] += move == stairs
+        row["won_after_first_move_to_stairs"] += move == stairs and won
+        shown = [e["content"] for e in r.get("experiences") or []]
+        sides = [m for m in (record_moves(shown[0]) if shown else []) if m in SIDES]
+        if sides:
+            row["record_names_stairs" if sides[0] == stairs else "record_names_other"] += 1
+            row["first_move_as_record"] += move == sides[0]
     return out
 
 
@@ -164,7 +160,7 @@ def visit_1_sides(records: list[dict]) -> dict:
     dungeons with the stairs on that side, so the records a memory of won episodes holds name
     that side, and the dungeons it has no record of mostly have the stairs on the other."""
     first = [r for r in records if r["arm"] == "none" and r["visit"] == 1]
-    moves = [r["turns"][0]["action"] if r["turns"] else "" for r in first]
+    moves = [first_action(r) for r in first]
     out: dict = {"first_moves": {side: moves.count(side) for side in SIDES}}
     out["first_moves"]["other"] = len(moves) - sum(out["first_moves"].values())
     for outcome, won in (("won", True), ("lost", False)):
@@ -181,8 +177,9 @@ def first_visit_identical(records: list[dict]) -> dict:
         for r in records
         if r["visit"] == 1
     }
+    tasks = [t for arm, t in moves if arm == "none"]
     return {
-        arm: sum(moves[(arm, t)] == moves[("none", t)] for t in range(TASKS))
+        arm: sum(moves[(arm, t)] == moves[("none", t)] for t in tasks)
         for arm in ARMS
         if arm not in ("none", "oracle")
     }

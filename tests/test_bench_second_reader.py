@@ -54,8 +54,7 @@ def test_a_lookup_helps_only_the_dungeons_already_won():
     assert lost["coin_exemplar minus none"]["pairs"] == 4
 
 
-def test_first_visits_that_differ_from_none_are_counted(monkeypatch):
-    monkeypatch.setattr(bench, "TASKS", 2)
+def test_first_visits_that_differ_from_none_are_counted():
     rs = [
         {"arm": arm, "visit": 1, "task_index": t, "turns": [{"action": move}]}
         for arm, moves in (
