@@ -5,7 +5,8 @@ given as one streamed run per seed. A method's *deployed* arm is what a user of 
 held-out task: its own store's lessons (``own``), or no lessons for a method without an
 extractor (GRPO's ``none``). Per method:
 
-- success of each arm (``none``, ``own``, ``oracle``) at the last visit and over all visits,
+- success of each arm (``none``, ``own``, ``oracle``, and the family's scripted ceiling
+  ``outcome_aware`` where it was streamed) at the last visit and over all visits,
   the seeds' episodes pooled (Wilson), and each seed's own rate at the last visit;
 - the deployed arm minus each ``versus`` method's deployed arm, paired episode by episode on
   common random numbers (the same reset and sampling seed per (seed, task, visit)), per seed
@@ -51,8 +52,11 @@ from comprl_gym.core import ConfigurationError, DataError
 from comprl_gym.evaluation.streaming import compare_runs, streaming_summary
 from comprl_gym.utils import atomic_write_bytes
 
-#: The arms a row reports: no lessons, the run's own store, the benchmark's oracle lesson.
-ARMS = ("none", "own", "oracle")
+#: The arms a row reports: no lessons, the run's own store, the benchmark's oracle lesson, and
+#: the family's scripted ceiling of any extractor (the memory family's ``outcome_aware``).
+ARMS = ("none", "own", "oracle", "outcome_aware")
+#: The column of the scripted ceiling, shown where a row streamed it.
+CEILING = "outcome_aware"
 #: The stores whose lessons a row counts: the one the run trained with, the held-out one.
 STORES = ("training_run", "own")
 
@@ -329,12 +333,14 @@ def markdown(result: dict[str, Any]) -> str:
     """The table as Markdown: one line per method, the last visit's cells."""
     rows = result["rows"]
     last = rows[0]["last_visit"]
+    ceiling = any(CEILING in row["success"] for row in rows)
     head = [
         "method",
         "seeds",
         f"deployed, visit {last}",
         f"none, visit {last}",
         f"oracle, visit {last}",
+        *([f"scripted ceiling ({CEILING}), visit {last}"] if ceiling else []),
         "deployed − none",
         *(f"deployed − {other}'s" for other in result["versus"]),
         "lessons naming the right side (training / held-out store)",
@@ -366,6 +372,7 @@ def markdown(result: dict[str, Any]) -> str:
             _ci(success[row["deployed_arm"]][last]),
             _ci(success.get("none", {}).get(last)),
             _ci(success.get("oracle", {}).get(last)),
+            *([_ci(success.get(CEILING, {}).get(last))] if ceiling else []),
             _ci(own_minus_none[last]["difference"], True) if own_minus_none else "-",
             *diffs,
             lessons,
@@ -376,8 +383,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    """Success at the last visit per method: no lessons, its own lessons, the oracle lesson,
-    with Wilson intervals and one dot per seed."""
+    """Success at the last visit per method: no lessons, its own lessons, the oracle lesson (and
+    the scripted ceiling where streamed), with Wilson intervals and one dot per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -386,17 +393,23 @@ def plot(result: dict[str, Any], path: Path) -> None:
     rows = result["rows"]
     last = rows[0]["last_visit"]
     fig, ax = plt.subplots(figsize=(9, 4.2))
-    width = 0.26
-    labels = {"deployed": "own lessons", "none": "no lessons", "oracle": "oracle lesson"}
-    for k, (arm, colour) in enumerate(
-        (("none", "tab:grey"), ("deployed", "tab:blue"), ("oracle", "tab:green"))
-    ):
+    labels = {
+        "deployed": "own lessons",
+        "none": "no lessons",
+        "oracle": "oracle lesson",
+        CEILING: "scripted ceiling",
+    }
+    bars = [("none", "tab:grey"), ("deployed", "tab:blue"), ("oracle", "tab:green")]
+    if any(CEILING in row["success"] for row in rows):
+        bars.append((CEILING, "tab:olive"))
+    width = 0.78 / len(bars)
+    for k, (arm, colour) in enumerate(bars):
         for i, row in enumerate(rows):
             name = row["deployed_arm"] if arm == "deployed" else arm
             cell = row["success"].get(name, {}).get(last)
             if cell is None or (arm == "deployed" and name == "none"):
                 continue
-            x = i + (k - 1) * width
+            x = i + (k - (len(bars) - 1) / 2) * width
             first = labels[arm] not in ax.get_legend_handles_labels()[1]
             ax.bar(x, cell["mean"], width, color=colour, label=labels[arm] if first else None)
             ax.errorbar(

@@ -302,10 +302,11 @@ def pool(split: str) -> range:
 
     ``"sealed"`` (dungeons 512..767, names sharing no word with any other pool's) is reserved
     for one final, pre-registered table (issue 44): nothing in development may use it (no
-    committed result under ``benchmarks/results/`` names a sealed dungeon and no config in
-    ``configs/`` selects it; ``tests/test_memory_family.py`` checks both), and the
-    pre-registration file (the table's exact command, methods, seeds, pool and primary
-    comparison) must be committed before any run on it.
+    committed result under ``benchmarks/results/`` names a sealed dungeon, but that table's own
+    files, and no config in ``configs/`` selects it; ``tests/test_memory_family.py`` checks
+    both), and the pre-registration file (the table's exact command, methods, seeds, pool and
+    primary comparison: ``benchmarks/preregistered/sealed_table.yaml``) is committed before
+    any run on it (``benchmarks/bench_sealed_table.py`` refuses to run otherwise).
 
     Example:
         >>> pool("train"), pool("test"), pool("test_large"), pool("sealed")

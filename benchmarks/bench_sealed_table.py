@@ -1,0 +1,254 @@
+"""The sealed table (issue 44, item 4): the pre-registered final comparison, run once.
+
+Everything it runs is read from ``benchmarks/preregistered/sealed_table.yaml`` (the plan):
+the methods and their committed training configs, the seeds, the reader every method starts
+from, the sealed pool's dungeons and visits, each method's streamed arms, and the primary
+comparison. It refuses to start unless the plan is committed and unchanged since that commit
+(a plan edited after a run would not be a plan), and its result records that commit.
+
+Per seed and method, in the plan's order: ``comprl-gym train`` (the method's config, the
+plan's seed and reader), then ``comprl-gym stream`` of that run on the sealed dungeons with the
+plan's arms. Each finished step is kept under ``runs/sealed-table/`` and skipped when the bench
+runs again, so the runs may span sessions (``--seeds`` runs some seeds only); a training run cut
+short resumes from its checkpoint, a stream cut short starts again in a fresh folder (its
+seeds make it the same stream). When every (method, seed) is streamed it writes the table
+(``comprl_gym.evaluation.table.write_table``: each method's deployed arm pooled over seeds,
+paired against the others per (seed, dungeon, visit), Newcombe's interval and McNemar's p)
+to the plan's ``output`` stem, with the plan, its commit, the primary comparison's cell,
+every run's commands, training tasks and weight hashes. Until then it prints what is left.
+
+About 25 minutes per (method, seed) on 2 CPU cores: a training run of 10 iterations and a
+stream of 128 dungeons x 2 visits x 2-3 arms.
+
+Run:  python benchmarks/bench_sealed_table.py              # whatever is not done yet
+      python benchmarks/bench_sealed_table.py --seeds 0    # only seed 0's runs
+      python benchmarks/bench_sealed_table.py --dry-run    # print the commands, run nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from comprl_gym.evaluation.eval import SUMMARY_FILE
+from comprl_gym.evaluation.provenance import file_sha256
+from comprl_gym.evaluation.table import load_run, method_table, write_table
+from comprl_gym.utils import atomic_write_json
+
+REPO = Path(__file__).resolve().parent.parent
+PLAN = REPO / "benchmarks" / "preregistered" / "sealed_table.yaml"
+RUNS = REPO / "runs" / "sealed-table"
+CLI = str(REPO / ".venv" / "bin" / "comprl-gym")
+#: The keys a plan must have.
+PLAN_KEYS = (
+    "question", "command", "pool", "seeds", "reader", "methods", "primary", "secondary",
+    "output",
+)  # fmt: skip
+
+
+def load_plan(path: Path | None = None) -> dict[str, Any]:
+    """The plan, checked for what the bench reads: every key, one entry per method name, the
+    primary comparison between two of its methods, a reader whose file has the registered
+    sha256."""
+    path = path or PLAN
+    plan = yaml.safe_load(path.read_text())
+    missing = [k for k in PLAN_KEYS if k not in plan]
+    if missing:
+        raise SystemExit(f"{path}: the plan lacks {missing}")
+    names = [m["name"] for m in plan["methods"]]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"{path}: a method named twice in {names}")
+    for role in ("treatment", "control"):
+        if plan["primary"][role] not in names:
+            raise SystemExit(f"{path}: primary {role} {plan['primary'][role]!r} is not a method")
+    reader = REPO / plan["reader"]["path"]
+    if file_sha256(reader) != plan["reader"]["sha256"]:
+        raise SystemExit(f"{reader}: not the registered reader (sha256 differs)")
+    return plan
+
+
+def registered_commit(path: Path | None = None, repo: Path | None = None) -> str:
+    """The commit that last changed the plan; refuses when the plan is not committed or has
+    changed since (the working tree or the index differs from that commit)."""
+
+    path, repo = path or PLAN, repo or REPO
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+    name = str(path.resolve().relative_to(repo.resolve()))
+    commit = git("log", "-1", "--format=%H", "--", name).stdout.strip()
+    if not commit:
+        raise SystemExit(f"{name} is not committed: commit the plan before any run")
+    if git("diff", "--quiet", "HEAD", "--", name).returncode != 0:
+        raise SystemExit(f"{name} differs from its commit {commit[:7]}: a plan is not edited")
+    return commit
+
+
+def slug(name: str) -> str:
+    """A method's folder name: ``"Complementary RL"`` -> ``complementary-rl``."""
+    return "-".join(name.lower().split())
+
+
+def relative(path: Path) -> str:
+    """``path`` as the commands and the result name it: relative to the checkout."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def train_folder(method: dict[str, Any], seed: int) -> Path:
+    return RUNS / f"{slug(method['name'])}-seed{seed}"
+
+
+def stream_folder(method: dict[str, Any], seed: int) -> Path:
+    return RUNS / f"stream-{slug(method['name'])}-seed{seed}"
+
+
+def train_command(plan: dict[str, Any], method: dict[str, Any], seed: int) -> list[str]:
+    """``comprl-gym train`` of one method at one seed, from the plan's reader."""
+    return [
+        CLI, "train", "--config", method["config"], "--set", f"seed={seed}",
+        "--set", f"actor.init_weights={plan['reader']['path']}",
+        "--output-dir", relative(train_folder(method, seed)),
+    ]  # fmt: skip
+
+
+def stream_command(plan: dict[str, Any], method: dict[str, Any], seed: int) -> list[str]:
+    """``comprl-gym stream`` of that training run on the plan's pool, with its arms."""
+    pool = plan["pool"]
+    return [
+        CLI, "stream", "--env", pool["env"], "--split", pool["split"],
+        "--tasks", str(pool["tasks"]), "--visits", str(pool["visits"]),
+        *[arg for kv in pool["env_args"] for arg in ("--env-arg", kv)],
+        "--max-steps", str(pool["max_steps"]), "--temperature", str(pool["temperature"]),
+        "--seed", str(seed), "--run", relative(train_folder(method, seed)),
+        "--arms", ",".join(method["arms"]),
+        "--output-dir", relative(stream_folder(method, seed)),
+    ]  # fmt: skip
+
+
+def finished(folder: Path) -> bool:
+    """A train or stream folder whose command ran to its end (both write ``summary.json``
+    last)."""
+    return (folder / SUMMARY_FILE).is_file()
+
+
+def steps(plan: dict[str, Any], seeds: list[int]) -> list[tuple[Path, list[str]]]:
+    """Every (folder, command) of the given seeds, in the order they run: per seed, per
+    method, its training run, then its stream."""
+    out = []
+    for seed in seeds:
+        for method in plan["methods"]:
+            out.append((train_folder(method, seed), train_command(plan, method, seed)))
+            out.append((stream_folder(method, seed), stream_command(plan, method, seed)))
+    return out
+
+
+def run_step(folder: Path, command: list[str]) -> float:
+    """Runs one step, resuming what a killed run left: a training run from its checkpoint, a
+    stream from scratch (its unfinished folder moved aside). Returns its wall time."""
+    if folder.exists() and command[1] == "train" and (folder / "checkpoints").is_dir():
+        command = [*command, "--set", "resume=true"]
+    elif folder.exists():
+        aside = folder.with_name(f"{folder.name}.unfinished-{int(time.time())}")
+        folder.rename(aside)
+        print(f"moved the unfinished {folder.name} to {aside.name}")
+    print("$ " + " ".join(command), flush=True)
+    started = time.perf_counter()
+    if subprocess.run(command, cwd=REPO).returncode != 0:
+        raise SystemExit(f"{folder.name}: the command failed (its output is above); run again")
+    return round(time.perf_counter() - started, 1)
+
+
+def run_record(plan: dict[str, Any], method: dict[str, Any], seed: int) -> dict[str, Any]:
+    """What a (method, seed) ran: both commands, the training tasks and every loaded weight
+    file's sha256 (the stream's provenance of the trained run), and the wall times."""
+    provenance = json.loads((stream_folder(method, seed) / "provenance.json").read_text())
+    timing = RUNS / "wall_times.json"
+    times = json.loads(timing.read_text()) if timing.exists() else {}
+    return {
+        "train_command": " ".join(["comprl-gym", *train_command(plan, method, seed)[1:]]),
+        "stream_command": " ".join(["comprl-gym", *stream_command(plan, method, seed)[1:]]),
+        "training_tasks": provenance["run"].get("training_tasks"),
+        "models": provenance["run"].get("models"),
+        "wall_time_s": {
+            step: times.get(folder.name)
+            for step, folder in (
+                ("train", train_folder(method, seed)),
+                ("stream", stream_folder(method, seed)),
+            )
+        },
+    }
+
+
+def summarise(plan: dict[str, Any], commit: str) -> dict[str, Any]:
+    """The table of every method's streams, with the plan, its commit and the primary cell."""
+    methods = {
+        m["name"]: [load_run(stream_folder(m, seed)) for seed in plan["seeds"]]
+        for m in plan["methods"]
+    }
+    others = [m["name"] for m in plan["methods"] if m["name"] != plan["primary"]["treatment"]]
+    primary = plan["primary"]
+    extra = {
+        "question": plan["question"],
+        "plan": {"file": relative(PLAN), "commit": commit, "content": plan},
+        "pool_note": f"{plan['pool']['split']}: never used in development; reset seeds 0.."
+        f"{plan['pool']['tasks'] - 1} of it",
+        "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
+        "runs": {
+            m["name"]: {str(s): run_record(plan, m, s) for s in plan["seeds"]}
+            for m in plan["methods"]
+        },
+    }
+    row = next(
+        r for r in method_table(methods, others)["rows"] if r["method"] == primary["treatment"]
+    )
+    cell = row["versus"][primary["control"]]["this_minus_that"][str(primary["visit"])]
+    extra["primary"] = {
+        "comparison": f"{primary['treatment']} minus {primary['control']}, visit "
+        f"{primary['visit']}",
+        **cell,
+        "holds": cell["difference"]["low"] > 0,
+    }
+    return write_table(REPO / plan["output"], methods, others, extra)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the plan's)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args(argv)
+    plan = load_plan()
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or plan["seeds"]
+    if not set(seeds) <= set(plan["seeds"]):
+        raise SystemExit(f"--seeds {seeds}: the plan's seeds are {plan['seeds']}")
+    pending = [(f, c) for f, c in steps(plan, seeds) if not finished(f)]
+    if args.dry_run:
+        for _, command in pending:
+            print(" ".join(["comprl-gym", *command[1:]]))
+        return 0
+    commit = registered_commit()
+    RUNS.mkdir(parents=True, exist_ok=True)
+    timing = RUNS / "wall_times.json"
+    for k, (folder, command) in enumerate(pending, 1):
+        print(f"[{k}/{len(pending)}] {folder.name}", flush=True)
+        seconds = run_step(folder, command)
+        times = json.loads(timing.read_text()) if timing.exists() else {}
+        atomic_write_json(timing, {**times, folder.name: seconds})
+    left = [f.name for f, _ in steps(plan, plan["seeds"]) if not finished(f)]
+    if left:
+        print(f"{len(left)} steps of the plan are not done yet: {', '.join(left)}")
+        return 0
+    result = summarise(plan, commit)
+    print(f"primary: {json.dumps(result['primary'])}")
+    print(f"wrote {plan['output']}.json, .md and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""The sealed table's bench (issue 44, item 4): it runs what the committed plan says and nothing
+else, refuses a plan that is not committed or was edited, resumes what a killed run left, and
+at tiny size trains, streams and tables a plan end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+import yaml
+from conftest import REPO_ROOT
+from test_memory_recipes import TINY
+
+import comprl_gym  # noqa: F401  (registers the envs)
+from comprl_gym.envs.memory import dungeon, pool
+from comprl_gym.envs.memory.dungeons import slug
+from comprl_gym.evaluation.provenance import file_sha256
+from comprl_gym.trainers import TrainConfig
+
+spec = importlib.util.spec_from_file_location(
+    "bench_sealed_table", REPO_ROOT / "benchmarks" / "bench_sealed_table.py"
+)
+bench = importlib.util.module_from_spec(spec)
+sys.modules["bench_sealed_table"] = bench
+spec.loader.exec_module(bench)
+
+
+def test_the_committed_plan_trains_on_train_dungeons_and_streams_the_sealed_ones():
+    plan = bench.load_plan()  # checks the reader's registered sha256 against the file
+    assert plan["seeds"] == [0, 1, 2]
+    assert [m["name"] for m in plan["methods"]] == [
+        "GRPO", "static experience", "exemplar memory", "Complementary RL",
+    ]  # fmt: skip
+    assert (plan["primary"]["treatment"], plan["primary"]["control"]) == (
+        "Complementary RL",
+        "GRPO",
+    )
+    for method in plan["methods"]:
+        command = bench.train_command(plan, method, 2)
+        overrides = [command[k + 1] for k, word in enumerate(command) if word == "--set"]
+        config = TrainConfig.from_yaml(REPO_ROOT / method["config"], overrides)
+        assert config.seed == 2 and config.actor.init_weights.endswith("memory-reader/reader.pt")
+        assert config.env_kwargs["comprl/Memory-Fork-v0"]["split"] == "train"
+        stream = bench.stream_command(plan, method, 2)
+        assert stream[stream.index("--split") + 1] == "sealed"
+        assert (
+            stream[stream.index("--run") + 1]
+            == f"runs/sealed-table/{bench.slug(method['name'])}-seed2"
+        )
+        assert stream[stream.index("--arms") + 1].split(",")[-1] == "outcome_aware"
+    # Reset seeds 0..127 of the sealed pool: dungeons 512..639 (65 with the stairs east, as the
+    # plan says), and 640..767 left unused.
+    env = gym.make(plan["pool"]["env"], split="sealed")
+    assert [env.reset(seed=s)[1]["task_id"] for s in (0, 127)] == [
+        f"fork/{slug(dungeon(i).name)}" for i in (512, 639)
+    ]
+    env.close()
+    streamed = list(pool("sealed"))[: plan["pool"]["tasks"]]
+    assert sum(dungeon(i).side == "east" for i in streamed) == 65
+    assert "dungeons 512-639, 65 with the" in bench.PLAN.read_text()
+
+
+def test_a_plan_must_be_committed_and_unchanged(tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("seeds: [0]\n")
+    with pytest.raises(SystemExit, match="not committed"):
+        bench.registered_commit(plan, tmp_path)
+    git("add", "plan.yaml")
+    git("commit", "-q", "-m", "plan")
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True
+    ).stdout.strip()
+    assert bench.registered_commit(plan, tmp_path) == head
+    plan.write_text("seeds: [0, 1]\n")
+    with pytest.raises(SystemExit, match="differs from its commit"):
+        bench.registered_commit(plan, tmp_path)
+
+
+def test_a_plan_with_another_reader_or_an_unknown_primary_is_refused(tmp_path, monkeypatch):
+    plan = yaml.safe_load(bench.PLAN.read_text())
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({**plan, "reader": {**plan["reader"], "sha256": "0" * 64}}))
+    with pytest.raises(SystemExit, match="not the registered reader"):
+        bench.load_plan(path)
+    primary = {**plan["primary"], "control": "PPO"}
+    path.write_text(yaml.safe_dump({**plan, "primary": primary}))
+    with pytest.raises(SystemExit, match="primary control 'PPO' is not a method"):
+        bench.load_plan(path)
+
+
+def test_a_killed_training_run_resumes_and_a_killed_stream_starts_again(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(
+        bench.subprocess,
+        "run",
+        lambda command, cwd: ran.append(command) or subprocess.CompletedProcess(command, 0),
+    )
+    train = tmp_path / "grpo-seed0"
+    (train / "checkpoints").mkdir(parents=True)
+    bench.run_step(train, ["cli", "train", "--config", "c.yaml"])
+    assert ran[-1] == ["cli", "train", "--config", "c.yaml", "--set", "resume=true"]
+    stream = tmp_path / "stream-grpo-seed0"
+    stream.mkdir()
+    (stream / "episodes.jsonl").write_text("{}\n")
+    bench.run_step(stream, ["cli", "stream", "--output-dir", str(stream)])
+    assert not stream.exists()  # the command makes it anew
+    (aside,) = tmp_path.glob("stream-grpo-seed0.unfinished-*")
+    assert (aside / "episodes.jsonl").read_text() == "{}\n"  # nothing lost
+    monkeypatch.setattr(
+        bench.subprocess, "run", lambda command, cwd: subprocess.CompletedProcess(command, 1)
+    )
+    with pytest.raises(SystemExit, match="the command failed"):
+        bench.run_step(tmp_path / "new", ["cli", "train"])
+
+
+@pytest.mark.slow
+def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(tmp_path, monkeypatch):
+    """Two methods (GRPO and the exemplar memory) at one seed on 2 `test` dungeons, tiny
+    models from a tiny reader: the bench trains and streams each, records what ran, and writes
+    the table with the primary cell; run again, it runs nothing."""
+    from comprl_gym.cli import main
+
+    reader_dir = tmp_path / "reader"
+    argv = ["train", "--config", str(REPO_ROOT / "configs" / "memory-reader.yaml")]
+    sets = ["warmup.steps=2", "actor.init_weights=", *TINY]
+    assert main([*argv, "--output-dir", str(reader_dir), *(f"--set={s}" for s in sets)]) == 0
+    reader = reader_dir / "warmup" / "reader.pt"
+    plan = yaml.safe_load(bench.PLAN.read_text())
+    plan.update(
+        seeds=[0],
+        pool={**plan["pool"], "split": "test", "tasks": 2},
+        reader={"path": str(reader), "sha256": file_sha256(reader)},
+        methods=[m for m in plan["methods"] if m["name"] in ("GRPO", "exemplar memory")],
+        primary={**plan["primary"], "treatment": "exemplar memory"},
+        output=str(tmp_path / "table"),
+    )
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    monkeypatch.setattr(bench, "PLAN", tmp_path / "plan.yaml")
+    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(bench, "registered_commit", lambda: "0" * 40)
+    full_size = bench.train_command
+    monkeypatch.setattr(
+        bench,
+        "train_command",
+        lambda plan, method, seed: [
+            *full_size(plan, method, seed),
+            *(w for s in TINY for w in ("--set", s)),
+        ],
+    )
+    assert bench.main([]) == 0
+    result = json.loads((tmp_path / "table.json").read_text())
+    assert [r["method"] for r in result["rows"]] == ["GRPO", "exemplar memory"]
+    primary = result["primary"]
+    assert primary["comparison"] == "exemplar memory minus GRPO, visit 2"
+    assert primary["pairs"] == 2 and primary["holds"] == (primary["difference"]["low"] > 0)
+    exemplar = next(r for r in result["rows"] if r["method"] == "exemplar memory")
+    assert exemplar["deployed_arm"] == "own" and "outcome_aware" in exemplar["success"]
+    record = result["runs"]["GRPO"]["0"]
+    assert record["training_tasks"] and record["train_command"].startswith("comprl-gym train")
+    assert record["wall_time_s"]["train"] > 0 and record["wall_time_s"]["stream"] > 0
+    assert file_sha256(reader) in json.dumps(record["models"])
+    assert "scripted ceiling (outcome_aware), visit 2" in (tmp_path / "table.md").read_text()
+    ran = []
+    monkeypatch.setattr(bench, "run_step", lambda folder, command: ran.append(folder))
+    assert bench.main([]) == 0 and ran == []
