@@ -440,7 +440,17 @@ def perfect_credit_summary() -> dict:
     return out
 
 
-def summarise(seeds: list[int], continued_to: int | None = None) -> dict:
+def continued_runs(seed: int) -> list[tuple[int, Path]]:
+    """The seed's continuations that were probed, ``(iterations, folder)``, fewest first."""
+    found = []
+    for folder in (REPO / "runs").glob(f"{run_folder(seed).name}-*it"):
+        iterations = folder.name.rsplit("-", 1)[1].removesuffix("it")
+        if iterations.isdigit() and (folder / "probe.json").exists():
+            found.append((int(iterations), folder))
+    return sorted(found)
+
+
+def summarise(seeds: list[int]) -> dict:
     return {
         "question": "does the stem extractor learn from credit alone to name the walked side "
         "after a win and the other side after a loss?",
@@ -452,15 +462,11 @@ def summarise(seeds: list[int], continued_to: int | None = None) -> dict:
         "and trained minus frozen above 0 (paired over the probe episodes)",
         "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
         "seeds": {str(seed): {"seed": seed, **run_summary(run_folder(seed))} for seed in seeds},
-        # each seed's run trained on from its last checkpoint (``--continue-to``)
+        # each seed's run trained on from its last checkpoint (``--continue-to``), the longest
         "continued": {
-            str(seed): {
-                "seed": seed,
-                "iterations": continued_to,
-                **run_summary(run_folder(seed, continued_to)),
-            }
+            str(seed): {"seed": seed, "iterations": runs[-1][0], **run_summary(runs[-1][1])}
             for seed in seeds
-            if continued_to and (run_folder(seed, continued_to) / "probe.json").exists()
+            if (runs := continued_runs(seed))
         },
         "tries": {
             name: {
@@ -549,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         metavar="N",
         default=0,
-        help="then train each seed's run on to iteration N (a copy of its folder) and probe it",
+        help="then train each seed's run on to iteration N (a copy of its folder) and probe it "
+        "(a summary reads every continuation already probed, with or without this)",
     )
     args = parser.parse_args(argv)
     if args.perfect_credit:
@@ -566,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
             probe(run_folder(seed))
     for seed in seeds if args.continue_to else []:
         continue_and_probe(seed, args.continue_to)
-    result = summarise(seeds, args.continue_to or None)
+    result = summarise(seeds)
     atomic_write_json(args.out, result)
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
