@@ -20,6 +20,11 @@ extractor. Writes ``benchmarks/results/extractor_learning.json`` and ``.png``.
 (a copy of its folder, ``runs/extractor-credit-seedS-Nit``, resumed exactly: weights,
 optimisers, store, task deck, RNGs) and probes it: the same run given more updates.
 
+``--representation frozen`` first asks whether the rule is in the extractor's features: a
+logistic regression on its hidden state where it samples its side, fitted on scripted walks of
+the ``train`` dungeons, decodes the stairs' side of the 32 probe episodes (a diagnostic with
+labels, not the method).
+
 Run:  python benchmarks/bench_extractor_learning.py --seeds 0,1,2   # ~21 min per seed, 2 cores
       python benchmarks/bench_extractor_learning.py --reuse         # summarise runs/ already
       python benchmarks/bench_extractor_learning.py --reuse --seeds 0,1 --continue-to 80
@@ -440,6 +445,127 @@ def perfect_credit_summary() -> dict:
     return out
 
 
+#: Where ``--representation`` keeps :func:`representation_probe`'s result for the summary.
+REPRESENTATION = REPO / "runs" / "extractor-credit-representation.json"
+#: Hidden-state layers :func:`representation_probe` reads: the input of the top 8 blocks (the
+#: ones the config's LoRA adapts), and the last (after the final norm, what the LM head reads).
+REPRESENTATION_LAYERS = (22, 30)
+#: What :func:`representation_probe` decodes, each from an episode: 1 for east / won.
+DECODED = ("stairs_side", "walked_side", "won")
+
+
+def answer_features(extractor, episodes: list, layers: tuple[int, ...]) -> dict[int, list]:
+    """Per layer, each episode's hidden state at the position where the stem extractor samples
+    its side (the chat prompt and the stem's opening, as ``fill_stem`` builds it), and the
+    model's own log-odds of east over west there (layer ``-1``)."""
+    import torch
+
+    from comprl_gym.families import family_spec
+
+    backend, model = extractor.backend, extractor.optimizer.model
+    stem = family_spec("memory").stem_for(episodes[0].task_id)
+    east, west = (
+        int(backend.tokenizer(c, add_special_tokens=False)["input_ids"][0]) for c in stem.choices
+    )
+    out: dict[int, list] = {layer: [] for layer in (*layers, -1)}
+    with torch.no_grad():
+        for episode in episodes:
+            prompt = backend.apply_chat_template(extractor.format.messages(episode)) + (
+                family_spec("memory").stem_for(episode.task_id).opening
+            )
+            ids = backend.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+            result = model(**ids, output_hidden_states=True)
+            for layer in layers:
+                out[layer].append(result.hidden_states[layer][0, -1].float())
+            logits = result.logits[0, -1].float()
+            out[-1].append(float(logits[east] - logits[west]))
+    return out
+
+
+def linear_decoding(train_x, train_y, test_x, test_y) -> float:
+    """Held-out accuracy of an L2-regularised logistic regression (features standardised on
+    the training set), fitted by L-BFGS: what a linear read-out of the features can decode."""
+    import torch
+
+    x, y = torch.stack(train_x), torch.tensor(train_y, dtype=torch.float32)
+    mean, std = x.mean(0), x.std(0) + 1e-6
+    x = (x - mean) / std
+    weights = torch.zeros(x.shape[1], requires_grad=True)
+    bias = torch.zeros(1, requires_grad=True)
+    optimiser = torch.optim.LBFGS([weights, bias], max_iter=200)
+
+    def loss():
+        optimiser.zero_grad()
+        value = torch.nn.functional.binary_cross_entropy_with_logits(x @ weights + bias, y)
+        value = value + 1e-2 * weights.pow(2).sum()
+        value.backward()
+        return value
+
+    optimiser.step(loss)
+    test = (torch.stack(test_x) - mean) / std
+    predicted = ((test @ weights + bias) > 0).float()
+    return float((predicted == torch.tensor(test_y, dtype=torch.float32)).float().mean())
+
+
+def representation_probe(writers: list[str]) -> dict:
+    """Is the rule in the extractor's features? Each extractor of ``writers`` (``frozen``, or
+    a seed's final checkpoint as ``seed S``) reads every ``train`` dungeon walked both ways
+    (384 scripted episodes) and the 32 probe episodes; a logistic regression fitted on the
+    first, per layer of :data:`REPRESENTATION_LAYERS`, decodes from the answer position the
+    stairs' side (the rule's output), the walked side and the outcome of the second. Beside
+    it: how often the model's own choice there (east over west, greedy) names the stairs'
+    side. Each writer's result is kept in :data:`REPRESENTATION` as it finishes (about 20
+    minutes a writer on 2 busy cores); a writer already there is not read again."""
+    from comprl_gym.evaluation.probe import load_probe_episodes
+    from comprl_gym.trainers.checkpoint import CheckpointManager
+    from comprl_gym.trainers.config import TrainConfig
+    from comprl_gym.trainers.probe_command import build_extractor
+
+    config = TrainConfig.from_yaml(REPO / CONFIG)
+    train, test = scripted_training_episodes(), load_probe_episodes("memory")
+
+    def labels(episodes: list) -> dict[str, list[int]]:
+        return {
+            "stairs_side": [int(dungeon(e.task_id).side == "east") for e in episodes],
+            "walked_side": [int(e.turns[0].action == "east") for e in episodes],
+            "won": [int(e.won) for e in episodes],
+        }
+
+    train_y, test_y = labels(train), labels(test)
+    out: dict = {"train_episodes": len(train), "test_episodes": len(test), "writers": {}}
+    if REPRESENTATION.exists():
+        out = json.loads(REPRESENTATION.read_text())
+    out["layers"] = list(REPRESENTATION_LAYERS)
+    for name in writers:
+        if name in out["writers"]:
+            continue
+        model_state = None
+        if name != "frozen":
+            folder = run_folder(int(name.removeprefix("seed ")))
+            out.setdefault("checkpoints", {})[name] = str(folder.relative_to(REPO))
+            model_state = CheckpointManager(folder).load()["state"]["extractor"]["optimizer"]
+            model_state = model_state["model"]
+        extractor = build_extractor(config.extractor, config.experience, 0, model_state)
+        train_x = answer_features(extractor, train, REPRESENTATION_LAYERS)
+        test_x = answer_features(extractor, test, REPRESENTATION_LAYERS)
+        greedy = [int(v > 0) for v in test_x[-1]]
+        out["writers"][name] = {
+            "greedy_names_stairs": sum(g == t for g, t in zip(greedy, test_y["stairs_side"])),
+            "decoded": {
+                str(layer): {
+                    target: linear_decoding(
+                        train_x[layer], train_y[target], test_x[layer], test_y[target]
+                    )
+                    for target in DECODED
+                }
+                for layer in REPRESENTATION_LAYERS
+            },
+        }
+        atomic_write_json(REPRESENTATION, out)
+        print(name, json.dumps(out["writers"][name]), flush=True)
+    return out
+
+
 def continued_runs(seed: int) -> list[tuple[int, Path]]:
     """The seed's continuations that were probed, ``(iterations, folder)``, fewest first."""
     found = []
@@ -477,6 +603,8 @@ def summarise(seeds: list[int]) -> dict:
             if (REPO / "runs" / t["folder"] / "metrics.jsonl").exists()
         },
         "perfect_credit": perfect_credit_summary(),
+        # ``--representation``: the rule read linearly from each extractor's features
+        "representation": json.loads(REPRESENTATION.read_text()) if REPRESENTATION.exists() else {},
     }
 
 
@@ -558,6 +686,13 @@ def main(argv: list[str] | None = None) -> int:
         help="then train each seed's run on to iteration N (a copy of its folder) and probe it "
         "(a summary reads every continuation already probed, with or without this)",
     )
+    parser.add_argument(
+        "--representation",
+        metavar="WRITERS",
+        default="",
+        help="first decode the rule linearly from these extractors' features at the answer, "
+        "comma-separated: frozen, 'seed S' (a seed's final checkpoint); ~20 min each",
+    )
     args = parser.parse_args(argv)
     if args.perfect_credit:
         folder = REPO / "runs" / args.perfect_folder
@@ -566,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
         record = perfect_credit(0, args.perfect_credit, folder / "probe.json", overrides)
         atomic_write_json(folder / "curve.json", record)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.representation:
+        representation_probe([w.strip() for w in args.representation.split(",")])
     for seed in seeds:
         if not args.reuse:
             train_and_probe(seed)

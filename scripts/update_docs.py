@@ -654,6 +654,33 @@ def extractor_learning_windows_table() -> str:
     return _table(head, rows)
 
 
+def extractor_learning_representation_table() -> str:
+    """Per extractor: held-out accuracy of a linear read-out of its features at the answer
+    position (fitted on scripted `train` walks, scored on the 32 probe episodes) for the
+    stairs' side, the walked side and the outcome, per layer; and its own greedy choice
+    (``extractor_learning.json``, ``representation``)."""
+    study = result("extractor_learning.json")["representation"]
+    n = study["test_episodes"]
+    rows = []
+    for name, writer in study["writers"].items():
+        for layer in study["layers"]:
+            decoded = writer["decoded"][str(layer)]
+            rows.append(
+                [
+                    name,
+                    f"{layer}",
+                    *(
+                        f"{round(decoded[t] * n)}/{n}"
+                        for t in ("stairs_side", "walked_side", "won")
+                    ),
+                    f"{writer['greedy_names_stairs']}/{n}",
+                ]
+            )
+    head = ["extractor", "layer", "stairs' side (the rule)", "walked side", "outcome",
+            "its own greedy choice names the stairs' side"]  # fmt: skip
+    return _table(head, rows)
+
+
 #: The second-reader study's readers, in the order its tables print them.
 SECOND_READERS = {"seed_0": "seed 0 (committed)", "seed_1": "seed 1"}
 
@@ -795,6 +822,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "extractor-learning-sides": extractor_learning_sides_table,
     "extractor-learning-curve": extractor_learning_curve_table,
     "extractor-learning-windows": extractor_learning_windows_table,
+    "extractor-learning-representation": extractor_learning_representation_table,
     "second-reader": second_reader_table,
     "second-reader-versus": second_reader_versus_table,
     "second-reader-moves": second_reader_moves_table,

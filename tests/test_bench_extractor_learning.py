@@ -123,3 +123,47 @@ def test_a_continuation_copies_the_run_and_drops_the_source_probe(tmp_path, monk
     assert train[1:2] == ["train"] and "resume=true" in train and "iterations=80" in train
     assert train[train.index("--output-dir") + 1] == str(copy)
     assert probe[1:3] == ["probe", "--run"] and probe[3] == str(copy)
+
+
+def test_linear_decoding_reads_a_separable_label_and_not_a_random_one():
+    """Worked by hand: a label that is the sign of one feature is decoded perfectly from
+    features the fit never saw; a label drawn independently of the features is not."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 16, generator=generator)
+    rows = list(x)
+    by_sign = [int(v > 0) for v in x[:, 3]]
+    assert bench.linear_decoding(rows[:300], by_sign[:300], rows[300:], by_sign[300:]) >= 0.97
+    coin = torch.randint(0, 2, (400,), generator=generator).tolist()
+    assert bench.linear_decoding(rows[:300], coin[:300], rows[300:], coin[300:]) < 0.65
+
+
+@pytest.mark.slow
+def test_answer_features_are_read_where_the_extractor_samples_its_side():
+    """The log-odds answer_features reads (east over west, at the end of the chat prompt and the
+    stem's opening) are those of the extractor's own sampling path: sampled until it has
+    written both sides for an episode, the two samples' log-probabilities differ by them."""
+    from comprl_gym.evaluation.probe import load_probe_episodes
+    from comprl_gym.trainers.config import TrainConfig
+    from comprl_gym.trainers.lesson_formats import fill_stem
+    from comprl_gym.trainers.probe_command import build_extractor
+
+    config = TrainConfig.from_yaml(
+        REPO_ROOT / bench.CONFIG, ["extractor.model=tiny", "extractor.lora.top_layers=1"]
+    )
+    extractor = build_extractor(config.extractor, config.experience, 0)
+    episodes = load_probe_episodes("memory")[:3]
+    features = bench.answer_features(extractor, episodes, (1, 2))
+    assert [len(features[layer]) for layer in (1, 2, -1)] == [3, 3, 3]
+    assert features[2][0].shape == (extractor.optimizer.model.config.hidden_size,)
+    for episode, log_odds in zip(episodes, features[-1]):
+        stem = family_spec("memory").stem_for(episode.task_id)
+        sampled: dict[str, float] = {}
+        for _ in range(40):
+            generation, lesson = fill_stem(extractor, extractor.format.messages(episode), stem)
+            side = "east" if lesson.endswith(stem.choices[0]) else "west"
+            sampled[side] = generation.completion_logprobs[0]
+            if len(sampled) == 2:
+                break
+        assert sampled["east"] - sampled["west"] == pytest.approx(log_odds, abs=1e-3)
