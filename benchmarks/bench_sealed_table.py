@@ -166,8 +166,9 @@ def run_step(folder: Path, command: list[str]) -> float:
 
 
 def run_record(plan: dict[str, Any], method: dict[str, Any], seed: int) -> dict[str, Any]:
-    """What a (method, seed) ran: both commands, the training tasks and every loaded weight
-    file's sha256 (the stream's provenance of the trained run), and the wall times."""
+    """What a (method, seed) ran: both commands, the training tasks, the checkpoint streamed
+    and every loaded weight file's sha256 (the stream's provenance of the trained run), and
+    the wall times."""
     provenance = json.loads((stream_folder(method, seed) / "provenance.json").read_text())
     timing = RUNS / "wall_times.json"
     times = json.loads(timing.read_text()) if timing.exists() else {}
@@ -175,6 +176,7 @@ def run_record(plan: dict[str, Any], method: dict[str, Any], seed: int) -> dict[
         "train_command": " ".join(["comprl-gym", *train_command(plan, method, seed)[1:]]),
         "stream_command": " ".join(["comprl-gym", *stream_command(plan, method, seed)[1:]]),
         "training_tasks": provenance["run"].get("training_tasks"),
+        "checkpoint": provenance["run"].get("checkpoint"),
         "models": provenance["run"].get("models"),
         "wall_time_s": {
             step: times.get(folder.name)

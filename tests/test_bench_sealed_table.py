@@ -169,6 +169,9 @@ def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(tmp_path,
     assert record["training_tasks"] and record["train_command"].startswith("comprl-gym train")
     assert record["wall_time_s"]["train"] > 0 and record["wall_time_s"]["stream"] > 0
     assert file_sha256(reader) in json.dumps(record["models"])
+    grpo = next(m for m in plan["methods"] if m["name"] == "GRPO")
+    streamed = bench.train_folder(grpo, 0) / "checkpoints" / record["checkpoint"]["name"]
+    assert record["checkpoint"]["files"]["trainer.pt"] == file_sha256(streamed / "trainer.pt")
     assert "scripted ceiling (outcome_aware), visit 2" in (tmp_path / "table.md").read_text()
     ran = []
     monkeypatch.setattr(bench, "run_step", lambda folder, command: ran.append(folder))
