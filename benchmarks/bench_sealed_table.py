@@ -17,8 +17,9 @@ paired against the others per (seed, dungeon, visit), Newcombe's interval and Mc
 to the plan's ``output`` stem, with the plan, its commit, the primary comparison's cell,
 every run's commands, training tasks and weight hashes. Until then it prints what is left.
 
-About 25 minutes per (method, seed) on 2 CPU cores: a training run of 10 iterations and a
-stream of 128 dungeons x 2 visits x 2-3 arms.
+11 to 27 minutes per (method, seed) on 2 CPU cores (measured, some beside other jobs): a
+training run of 10 iterations (5-9 min) and a stream of 128 dungeons x 2 visits x 2-3 arms
+(4-19 min).
 
 Run:  python benchmarks/bench_sealed_table.py              # whatever is not done yet
       python benchmarks/bench_sealed_table.py --seeds 0    # only seed 0's runs
