@@ -92,6 +92,33 @@ def registered_commit(path: Path | None = None, repo: Path | None = None) -> str
     return commit
 
 
+#: What a run's outcome depends on in the checkout: a change here between the plan's commit and
+#: the commit a run was made at is reported with the run (:func:`code_of`).
+RUN_INPUTS = ("comprl_gym", "configs", "assets")
+
+
+def code_of(folders: tuple[Path, ...], commit: str, repo: Path | None = None) -> dict[str, Any]:
+    """The commits the runs of ``folders`` were made at (their provenance's
+    ``package.git_commit``, and whether the tree was dirty), and whether each came after the
+    plan's ``commit`` with :data:`RUN_INPUTS` as they were in it."""
+    repo = repo or REPO
+    out: dict[str, Any] = {}
+    for folder in folders:
+        package = json.loads((folder / "provenance.json").read_text())["package"]
+        made_at = package["git_commit"]
+        git = {"cwd": repo, "capture_output": True}
+        after = subprocess.run(["git", "merge-base", "--is-ancestor", commit, made_at], **git)
+        same = subprocess.run(["git", "diff", "--quiet", commit, made_at, "--", *RUN_INPUTS], **git)
+        out[folder.name] = {
+            "commit": made_at,
+            "dirty": package["git_dirty"],
+            "after_the_plan": after.returncode == 0,
+            "inputs_as_registered": after.returncode == same.returncode == 0
+            and not package["git_dirty"],
+        }
+    return out
+
+
 def slug(name: str) -> str:
     """A method's folder name: ``"Complementary RL"`` -> ``complementary-rl``."""
     return "-".join(name.lower().split())
@@ -166,9 +193,12 @@ def run_step(folder: Path, command: list[str]) -> float:
     return round(time.perf_counter() - started, 1)
 
 
-def run_record(plan: dict[str, Any], method: dict[str, Any], seed: int) -> dict[str, Any]:
+def run_record(
+    plan: dict[str, Any], method: dict[str, Any], seed: int, commit: str
+) -> dict[str, Any]:
     """What a (method, seed) ran: both commands, the training tasks, the checkpoint streamed
-    and every loaded weight file's sha256 (the stream's provenance of the trained run), and
+    and every loaded weight file's sha256 (the stream's provenance of the trained run), the
+    commits its two runs were made at against the plan's ``commit`` (:func:`code_of`), and
     the wall times."""
     provenance = json.loads((stream_folder(method, seed) / "provenance.json").read_text())
     timing = RUNS / "wall_times.json"
@@ -179,6 +209,7 @@ def run_record(plan: dict[str, Any], method: dict[str, Any], seed: int) -> dict[
         "training_tasks": provenance["run"].get("training_tasks"),
         "checkpoint": provenance["run"].get("checkpoint"),
         "models": provenance["run"].get("models"),
+        "code": code_of((train_folder(method, seed), stream_folder(method, seed)), commit),
         "wall_time_s": {
             step: times.get(folder.name)
             for step, folder in (
@@ -204,7 +235,7 @@ def summarise(plan: dict[str, Any], commit: str) -> dict[str, Any]:
         f"{plan['pool']['tasks'] - 1} of it",
         "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
         "runs": {
-            m["name"]: {str(s): run_record(plan, m, s) for s in plan["seeds"]}
+            m["name"]: {str(s): run_record(plan, m, s, commit) for s in plan["seeds"]}
             for m in plan["methods"]
         },
     }

@@ -86,6 +86,48 @@ def test_a_plan_must_be_committed_and_unchanged(tmp_path):
         bench.registered_commit(plan, tmp_path)
 
 
+def test_each_run_is_checked_against_the_code_of_the_plans_commit(tmp_path):
+    """A run made at the plan's commit, or later with the library, configs and assets as they
+    were, ran as registered; one made after the library changed, from a dirty tree, or before
+    the plan, did not (the commits are a real git history)."""
+
+    def git(*args):
+        return subprocess.run(
+            ["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    def commit(path, text):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+        git("add", path)
+        git("commit", "-q", "-m", path)
+        return git("rev-parse", "HEAD")
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    before = commit("comprl_gym/trainer.py", "v1")
+    plan = commit("plan.yaml", "seeds: [0]")
+    docs = commit("docs/page.md", "a page")
+    changed = commit("comprl_gym/trainer.py", "v2")
+    folders = []
+    for name, made_at, dirty in (
+        ("at-plan", plan, False), ("docs-later", docs, False), ("dirty", docs, True),
+        ("library-changed", changed, False), ("before-plan", before, False),
+    ):  # fmt: skip
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        package = {"git_commit": made_at, "git_dirty": dirty}
+        (folder / "provenance.json").write_text(json.dumps({"package": package}))
+        folders.append(folder)
+    code = bench.code_of(tuple(folders), plan, tmp_path)
+    assert {name: c["inputs_as_registered"] for name, c in code.items()} == {
+        "at-plan": True, "docs-later": True, "dirty": False, "library-changed": False,
+        "before-plan": False,
+    }  # fmt: skip
+    assert code["library-changed"]["after_the_plan"] and not code["before-plan"]["after_the_plan"]
+
+
 def test_a_plan_with_another_reader_or_an_unknown_primary_is_refused(tmp_path, monkeypatch):
     plan = yaml.safe_load(bench.PLAN.read_text())
     path = tmp_path / "plan.yaml"
@@ -168,6 +210,7 @@ def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(tmp_path,
     record = result["runs"]["GRPO"]["0"]
     assert record["training_tasks"] and record["train_command"].startswith("comprl-gym train")
     assert record["wall_time_s"]["train"] > 0 and record["wall_time_s"]["stream"] > 0
+    assert set(record["code"]) == {"grpo-seed0", "stream-grpo-seed0"}
     assert file_sha256(reader) in json.dumps(record["models"])
     grpo = next(m for m in plan["methods"] if m["name"] == "GRPO")
     streamed = bench.train_folder(grpo, 0) / "checkpoints" / record["checkpoint"]["name"]
