@@ -463,16 +463,16 @@ def answer_features(extractor, episodes: list, layers: tuple[int, ...]) -> dict[
     from comprl_gym.families import family_spec
 
     backend, model = extractor.backend, extractor.optimizer.model
-    stem = family_spec("memory").stem_for(episodes[0].task_id)
+    stems = [family_spec("memory").stem_for(e.task_id) for e in episodes]
+    # every dungeon's stem has the same two choices, " east" and " west": their first tokens
     east, west = (
-        int(backend.tokenizer(c, add_special_tokens=False)["input_ids"][0]) for c in stem.choices
+        int(backend.tokenizer(c, add_special_tokens=False)["input_ids"][0])
+        for c in stems[0].choices
     )
     out: dict[int, list] = {layer: [] for layer in (*layers, -1)}
     with torch.no_grad():
-        for episode in episodes:
-            prompt = backend.apply_chat_template(extractor.format.messages(episode)) + (
-                family_spec("memory").stem_for(episode.task_id).opening
-            )
+        for episode, stem in zip(episodes, stems):
+            prompt = backend.apply_chat_template(extractor.format.messages(episode)) + stem.opening
             ids = backend.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
             result = model(**ids, output_hidden_states=True)
             for layer in layers:
@@ -516,7 +516,7 @@ def representation_probe(writers: list[str]) -> dict:
     it: how often the model's own choice there (east over west, greedy) names the stairs'
     side. Each writer's result is kept in :data:`REPRESENTATION` as it finishes (about 20
     minutes a writer on 2 busy cores); a writer already there is not read again."""
-    from comprl_gym.evaluation.probe import load_probe_episodes
+    from comprl_gym.evaluation.probe import load_probe_episodes, walked
     from comprl_gym.trainers.checkpoint import CheckpointManager
     from comprl_gym.trainers.config import TrainConfig
     from comprl_gym.trainers.probe_command import build_extractor
@@ -527,7 +527,7 @@ def representation_probe(writers: list[str]) -> dict:
     def labels(episodes: list) -> dict[str, list[int]]:
         return {
             "stairs_side": [int(dungeon(e.task_id).side == "east") for e in episodes],
-            "walked_side": [int(e.turns[0].action == "east") for e in episodes],
+            "walked_side": [int(walked(e) == "east") for e in episodes],
             "won": [int(e.won) for e in episodes],
         }
 
@@ -543,8 +543,8 @@ def representation_probe(writers: list[str]) -> dict:
         if name != "frozen":
             folder = run_folder(int(name.removeprefix("seed ")))
             out.setdefault("checkpoints", {})[name] = str(folder.relative_to(REPO))
-            model_state = CheckpointManager(folder).load()["state"]["extractor"]["optimizer"]
-            model_state = model_state["model"]
+            state = CheckpointManager(folder).load()["state"]
+            model_state = state["extractor"]["optimizer"]["model"]
         extractor = build_extractor(config.extractor, config.experience, 0, model_state)
         train_x = answer_features(extractor, train, REPRESENTATION_LAYERS)
         test_x = answer_features(extractor, test, REPRESENTATION_LAYERS)

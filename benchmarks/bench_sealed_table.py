@@ -17,9 +17,9 @@ paired against the others per (seed, dungeon, visit), Newcombe's interval and Mc
 to the plan's ``output`` stem, with the plan, its commit, the primary comparison's cell,
 every run's commands, training tasks and weight hashes. Until then it prints what is left.
 
-11 to 27 minutes per (method, seed) on 2 CPU cores (measured, some beside other jobs): a
-training run of 10 iterations (5-9 min) and a stream of 128 dungeons x 2 visits x 2-3 arms
-(4-19 min).
+10 to 24 minutes per (method, seed) on 2 CPU cores (as the runs timed themselves, some beside
+other jobs): a training run of 10 iterations (4.5-9.5 min) and a stream of 128 dungeons x 2
+visits x 2-3 arms (4-17 min).
 
 Run:  python benchmarks/bench_sealed_table.py              # whatever is not done yet
       python benchmarks/bench_sealed_table.py --seeds 0    # only seed 0's runs
@@ -40,7 +40,6 @@ import yaml
 from comprl_gym.evaluation.eval import SUMMARY_FILE
 from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.table import load_run, method_table, write_table
-from comprl_gym.utils import atomic_write_json
 
 REPO = Path(__file__).resolve().parent.parent
 PLAN = REPO / "benchmarks" / "preregistered" / "sealed_table.yaml"
@@ -177,9 +176,9 @@ def steps(plan: dict[str, Any], seeds: list[int]) -> list[tuple[Path, list[str]]
     return out
 
 
-def run_step(folder: Path, command: list[str]) -> float:
+def run_step(folder: Path, command: list[str]) -> None:
     """Runs one step, resuming what a killed run left: a training run from its checkpoint, a
-    stream from scratch (its unfinished folder moved aside). Returns its wall time."""
+    stream from scratch (its unfinished folder moved aside)."""
     if folder.exists() and command[1] == "train" and (folder / "checkpoints").is_dir():
         command = [*command, "--set", "resume=true"]
     elif folder.exists():
@@ -187,10 +186,8 @@ def run_step(folder: Path, command: list[str]) -> float:
         folder.rename(aside)
         print(f"moved the unfinished {folder.name} to {aside.name}")
     print("$ " + " ".join(command), flush=True)
-    started = time.perf_counter()
     if subprocess.run(command, cwd=REPO).returncode != 0:
         raise SystemExit(f"{folder.name}: the command failed (its output is above); run again")
-    return round(time.perf_counter() - started, 1)
 
 
 def run_record(
@@ -199,10 +196,10 @@ def run_record(
     """What a (method, seed) ran: both commands, the training tasks, the checkpoint streamed
     and every loaded weight file's sha256 (the stream's provenance of the trained run), the
     commits its two runs were made at against the plan's ``commit`` (:func:`code_of`), and
-    the wall times."""
+    the time each took as it timed itself (the trainer's ``train_time_s``, the stream's
+    ``wall_time_s``)."""
     provenance = json.loads((stream_folder(method, seed) / "provenance.json").read_text())
-    timing = RUNS / "wall_times.json"
-    times = json.loads(timing.read_text()) if timing.exists() else {}
+    trained = json.loads((train_folder(method, seed) / SUMMARY_FILE).read_text())
     return {
         "train_command": " ".join(["comprl-gym", *train_command(plan, method, seed)[1:]]),
         "stream_command": " ".join(["comprl-gym", *stream_command(plan, method, seed)[1:]]),
@@ -210,13 +207,7 @@ def run_record(
         "checkpoint": provenance["run"].get("checkpoint"),
         "models": provenance["run"].get("models"),
         "code": code_of((train_folder(method, seed), stream_folder(method, seed)), commit),
-        "wall_time_s": {
-            step: times.get(folder.name)
-            for step, folder in (
-                ("train", train_folder(method, seed)),
-                ("stream", stream_folder(method, seed)),
-            )
-        },
+        "time_s": {"train": trained["train_time_s"], "stream": provenance["wall_time_s"]},
     }
 
 
@@ -268,12 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     commit = registered_commit()
     RUNS.mkdir(parents=True, exist_ok=True)
-    timing = RUNS / "wall_times.json"
     for k, (folder, command) in enumerate(pending, 1):
         print(f"[{k}/{len(pending)}] {folder.name}", flush=True)
-        seconds = run_step(folder, command)
-        times = json.loads(timing.read_text()) if timing.exists() else {}
-        atomic_write_json(timing, {**times, folder.name: seconds})
+        run_step(folder, command)
     left = [f.name for f, _ in steps(plan, plan["seeds"]) if not finished(f)]
     if left:
         print(f"{len(left)} steps of the plan are not done yet: {', '.join(left)}")

@@ -608,6 +608,12 @@ def unsupported_figures(text: str, results: Path = RESULTS) -> list[str]:
     return wrong
 
 
+def _longest_run(study: dict, seed: str) -> dict:
+    """A seed's extractor-learning run as trained longest: its continuation when there is one
+    (whose logs hold the first iterations too), else the run."""
+    return study.get("continued", {}).get(seed) or study["seeds"][seed]
+
+
 def extractor_learning_curve_table() -> str:
     """The probe each extractor-learning run logged every few iterations, right after a win /
     after a loss of 16 each: the seeds (their continuation's log when there is one, which
@@ -615,9 +621,8 @@ def extractor_learning_curve_table() -> str:
     (``extractor_learning.json``)."""
     study = result("extractor_learning.json")
     columns = {}
-    for seed, data in study["seeds"].items():
-        continued = study.get("continued", {}).get(seed)
-        columns[f"seed {seed}"] = (continued or data)["curve"]
+    for seed in study["seeds"]:
+        columns[f"seed {seed}"] = _longest_run(study, seed)["curve"]
     for d in study["perfect_credit"].values():
         columns[f"perfect credit{_overridden(d['overrides'])}"] = d["curve"]
     logged = {
@@ -636,9 +641,8 @@ def extractor_learning_windows_table() -> str:
     lesson's correctness (``extractor_learning.json``, ``trained_lessons.by_window``)."""
     study = result("extractor_learning.json")
     rows = []
-    for seed, data in study["seeds"].items():
-        run = study.get("continued", {}).get(seed) or data
-        for w in run["trained_lessons"]["by_window"]:
+    for seed in study["seeds"]:
+        for w in _longest_run(study, seed)["trained_lessons"]["by_window"]:
             rows.append(
                 [
                     f"seed {seed}",

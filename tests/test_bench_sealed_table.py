@@ -209,7 +209,7 @@ def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(tmp_path,
     assert exemplar["deployed_arm"] == "own" and "outcome_aware" in exemplar["success"]
     record = result["runs"]["GRPO"]["0"]
     assert record["training_tasks"] and record["train_command"].startswith("comprl-gym train")
-    assert record["wall_time_s"]["train"] > 0 and record["wall_time_s"]["stream"] > 0
+    assert record["time_s"]["train"] > 0 and record["time_s"]["stream"] > 0
     assert set(record["code"]) == {"grpo-seed0", "stream-grpo-seed0"}
     assert file_sha256(reader) in json.dumps(record["models"])
     grpo = next(m for m in plan["methods"] if m["name"] == "GRPO")
