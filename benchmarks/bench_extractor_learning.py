@@ -461,18 +461,15 @@ def answer_features(extractor, episodes: list, layers: tuple[int, ...]) -> dict[
     import torch
 
     from comprl_gym.families import family_spec
+    from comprl_gym.trainers.lesson_formats import stem_prompt
 
     backend, model = extractor.backend, extractor.optimizer.model
-    stems = [family_spec("memory").stem_for(e.task_id) for e in episodes]
-    # every dungeon's stem has the same two choices, " east" and " west": their first tokens
-    east, west = (
-        int(backend.tokenizer(c, add_special_tokens=False)["input_ids"][0])
-        for c in stems[0].choices
-    )
     out: dict[int, list] = {layer: [] for layer in (*layers, -1)}
     with torch.no_grad():
-        for episode, stem in zip(episodes, stems):
-            prompt = backend.apply_chat_template(extractor.format.messages(episode)) + stem.opening
+        for episode in episodes:
+            stem = family_spec("memory").stem_for(episode.task_id)
+            # every dungeon's stem has the same two choices, " east" and " west"
+            prompt, (east, west) = stem_prompt(backend, extractor.format.messages(episode), stem)
             ids = backend.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
             result = model(**ids, output_hidden_states=True)
             for layer in layers:

@@ -329,11 +329,16 @@ def _ci(cell: dict[str, Any] | None, signed: bool = False) -> str:
     return f"{fmt.format(cell['mean'])} [{fmt.format(cell['low'])}, {fmt.format(cell['high'])}]"
 
 
+def streamed_ceiling(rows: list[dict[str, Any]]) -> bool:
+    """Whether any row streamed the scripted ceiling, so the table shows its column."""
+    return any(CEILING in row["success"] for row in rows)
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The table as Markdown: one line per method, the last visit's cells."""
     rows = result["rows"]
     last = rows[0]["last_visit"]
-    ceiling = any(CEILING in row["success"] for row in rows)
+    ceiling = streamed_ceiling(rows)
     head = [
         "method",
         "seeds",
@@ -400,7 +405,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         CEILING: "scripted ceiling",
     }
     bars = [("none", "tab:grey"), ("deployed", "tab:blue"), ("oracle", "tab:green")]
-    if any(CEILING in row["success"] for row in rows):
+    if streamed_ceiling(rows):
         bars.append((CEILING, "tab:olive"))
     width = 0.78 / len(bars)
     for k, (arm, colour) in enumerate(bars):

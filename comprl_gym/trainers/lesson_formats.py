@@ -273,6 +273,24 @@ class StemFormat(PlainFormat):
         return self.draft(generation, lesson, episode)
 
 
+def stem_prompt(
+    backend: Any, messages: list[dict[str, str]], stem: LessonStem
+) -> tuple[str, list[int]]:
+    """The raw prompt at which the stem extractor samples its choice (the chat template of
+    ``messages`` followed by the stem's opening) and the first token of each of the stem's
+    choices, in the stem's order: the only tokens it may sample there."""
+    prompt = backend.apply_chat_template(messages) + stem.opening
+    firsts = [
+        int(backend.tokenizer(c, add_special_tokens=False)["input_ids"][0]) for c in stem.choices
+    ]
+    if len(set(firsts)) != len(firsts):
+        raise ConfigurationError(
+            f"the lesson stem's choices {stem.choices} do not start with distinct tokens: "
+            "the extractor could not tell which one it chose"
+        )
+    return prompt, firsts
+
+
 def fill_stem(
     sampler: Sampler, messages: list[dict[str, str]], stem: LessonStem
 ) -> tuple[Any, str | None]:
@@ -287,15 +305,7 @@ def fill_stem(
             f"extractor_format 'stem' needs a backend that takes raw prompts; "
             f"{getattr(backend, 'name', 'this backend')} does not (use 'plain')"
         )
-    prompt = backend.apply_chat_template(messages) + stem.opening
-    firsts = [
-        int(backend.tokenizer(c, add_special_tokens=False)["input_ids"][0]) for c in stem.choices
-    ]
-    if len(set(firsts)) != len(firsts):
-        raise ConfigurationError(
-            f"the lesson stem's choices {stem.choices} do not start with distinct tokens: "
-            "the extractor could not tell which one it chose"
-        )
+    prompt, firsts = stem_prompt(backend, messages, stem)
     generation = sampler.generate_prompt(prompt, 1, allowed_token_ids=tuple(firsts))
     chosen = generation.completion_token_ids[:1]
     if not chosen or chosen[0] not in firsts:
