@@ -21,9 +21,17 @@ every run's commands, training tasks and weight hashes. Until then it prints wha
 other jobs): a training run of 10 iterations (4.5-9.5 min) and a stream of 128 dungeons x 2
 visits x 2-3 arms (4-17 min).
 
+``--posthoc`` (not in the plan; after the table, to read it): streams the committed reader
+itself, untrained, on the same dungeons, visits and seeds with the arms ``none`` and
+``outcome_aware`` (about 5 minutes a seed), and writes, for it and for every (method, seed),
+how often the actor's first move follows the side its visit-2 lesson names
+(:func:`lesson_following`), to ``<output>_posthoc.json``. Whether an arm can matter at all
+turns on that.
+
 Run:  python benchmarks/bench_sealed_table.py              # whatever is not done yet
       python benchmarks/bench_sealed_table.py --seeds 0    # only seed 0's runs
       python benchmarks/bench_sealed_table.py --dry-run    # print the commands, run nothing
+      python benchmarks/bench_sealed_table.py --posthoc    # after the table: do lessons move the actor?
 """
 
 from __future__ import annotations
@@ -37,9 +45,14 @@ from typing import Any
 
 import yaml
 
-from comprl_gym.evaluation.eval import SUMMARY_FILE
+from comprl_gym.envs.memory import dungeon
+from comprl_gym.envs.memory.dungeons import other_side
+from comprl_gym.envs.memory.judge import judge_lesson
+from comprl_gym.evaluation.eval import SUMMARY_FILE, load_episodes
 from comprl_gym.evaluation.provenance import file_sha256
+from comprl_gym.evaluation.stats import proportion_ci
 from comprl_gym.evaluation.table import load_run, method_table, write_table
+from comprl_gym.utils import atomic_write_json
 
 REPO = Path(__file__).resolve().parent.parent
 PLAN = REPO / "benchmarks" / "preregistered" / "sealed_table.yaml"
@@ -243,12 +256,110 @@ def summarise(plan: dict[str, Any], commit: str) -> dict[str, Any]:
     return write_table(REPO / plan["output"], methods, others, extra)
 
 
+def reader_stream_folder(seed: int) -> Path:
+    return RUNS / f"posthoc-reader-seed{seed}"
+
+
+def reader_stream_command(plan: dict[str, Any], seed: int) -> list[str]:
+    """``comprl-gym stream`` of the plan's reader itself (no training: GRPO's config for the
+    actor's settings, the reader's weights) on the plan's pool, ``none`` and ``outcome_aware``."""
+    grpo = next(m for m in plan["methods"] if m["name"] == plan["primary"]["control"])
+    command = stream_command(plan, grpo, seed)
+    at = command.index("--run")
+    command[at : at + 2] = [
+        "--config", grpo["config"], "--set", f"actor.init_weights={plan['reader']['path']}",
+    ]  # fmt: skip
+    command[command.index("--output-dir") + 1] = relative(reader_stream_folder(seed))
+    return command
+
+
+def lesson_side(record: dict) -> str | None:
+    """The side the episode's first shown lesson names (as the family's judge reads it, about
+    whichever dungeon the lesson names), or ``None`` where it was shown none or one naming no
+    single side."""
+    shown = record.get("experiences") or []
+    if not shown:
+        return None
+    verdict = judge_lesson(shown[0]["content"])
+    if verdict.verdict not in ("right", "wrong"):
+        return None
+    # the judge's verdict is about the dungeon the lesson names (an exemplar's record may be
+    # a neighbour's), so the side it names is read against that dungeon's stairs
+    stairs = dungeon(verdict.task_id).side
+    return stairs if verdict.verdict == "right" else other_side(stairs)
+
+
+def lesson_following(records: list[dict]) -> dict[str, Any]:
+    """Per arm and visit: the episodes and how many moved east first; at each arm's visits
+    with lessons, per side a lesson names, how many of those episodes moved that way first
+    (Wilson). An actor that moves east whatever it reads cannot be helped by any lesson."""
+    out: dict[str, Any] = {}
+    for r in records:
+        cell = out.setdefault(r["arm"], {}).setdefault(
+            str(r["visit"]), {"episodes": 0, "east_first": 0, "follows": {}}
+        )
+        first = r["turns"][0]["action"] if r["turns"] else ""
+        cell["episodes"] += 1
+        cell["east_first"] += first == "east"
+        named = lesson_side(r)
+        if named is not None:
+            cell["follows"].setdefault(named, []).append(first == named)
+    for visits in out.values():
+        for cell in visits.values():
+            cell["follows"] = {
+                side: proportion_ci(moves).to_dict()
+                for side, moves in sorted(cell["follows"].items())
+            }
+    return out
+
+
+def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
+    """Streams the reader itself where not done yet, then writes :func:`lesson_following` of
+    it and of every (method, seed) to ``<output>_posthoc.json``."""
+    for seed in plan["seeds"]:
+        folder = reader_stream_folder(seed)
+        if not finished(folder):
+            run_step(folder, reader_stream_command(plan, seed))
+    streams = {
+        "reader, untrained": {s: reader_stream_folder(s) for s in plan["seeds"]},
+        **{m["name"]: {s: stream_folder(m, s) for s in plan["seeds"]} for m in plan["methods"]},
+    }
+    result = {
+        "question": "post hoc, not in the plan: does the actor's first move follow the side "
+        "its lesson names, for the reader untrained and after each method's training?",
+        "plan": {"file": relative(PLAN), "commit": registered_commit()},
+        "reader_commands": {
+            str(s): " ".join(["comprl-gym", *reader_stream_command(plan, s)[1:]])
+            for s in plan["seeds"]
+        },
+        "interval": "Wilson 95%",
+        "streams": {
+            name: {str(s): lesson_following(load_episodes(f, repair=False)) for s, f in by.items()}
+            for name, by in streams.items()
+        },
+    }
+    atomic_write_json(REPO / f"{plan['output']}_posthoc.json", result)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the plan's)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument(
+        "--posthoc",
+        action="store_true",
+        help="after the table (not in the plan): stream the reader untrained, and write how "
+        "often each actor's first move follows its lesson",
+    )
     args = parser.parse_args(argv)
     plan = load_plan()
+    if args.posthoc:
+        if not (REPO / f"{plan['output']}.json").is_file():
+            raise SystemExit("--posthoc reads the table's runs: run the plan first")
+        posthoc(plan)
+        print(f"wrote {plan['output']}_posthoc.json")
+        return 0
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or plan["seeds"]
     if not set(seeds) <= set(plan["seeds"]):
         raise SystemExit(f"--seeds {seeds}: the plan's seeds are {plan['seeds']}")

@@ -424,11 +424,89 @@ def streaming_large_table() -> str:
     return _table(head, rows)
 
 
+def sealed_table() -> str:
+    """The sealed table (``benchmarks/bench_sealed_table.py``: ``comprl-gym table``'s own
+    Markdown of the pre-registered runs)."""
+    return method_table_markdown(result("sealed_table.json")).rstrip("\n")
+
+
+def sealed_comparisons_table() -> str:
+    """The sealed table's registered comparisons at its visit: the primary (Complementary RL
+    minus GRPO) first, then the secondary ones, pooled over seeds and per seed."""
+    table = result("sealed_table.json")
+    primary = table["plan"]["content"]["primary"]
+    visit = str(primary["visit"])
+    rows_by_method = {row["method"]: row for row in table["rows"]}
+    seeds = [str(s) for s in table["plan"]["content"]["seeds"]]
+    treatment = rows_by_method[primary["treatment"]]
+    comparisons = [
+        (f"{primary['treatment']} − {other}", treatment["versus"][other])
+        for other in table["versus"]
+    ]
+    rows = []
+    for name, cell in comparisons:
+        pooled = cell["this_minus_that"][visit]
+        role = "primary" if name.endswith(f"− {primary['control']}") else "secondary"
+        per_seed = [f"{cell['per_seed'][s][visit]['difference']['mean']:+.2f}" for s in seeds]
+        rows.append(
+            [
+                name,
+                role,
+                str(pooled["pairs"]),
+                interval(pooled["difference"], True),
+                p_value(pooled["mcnemar_p"]),
+                ", ".join(per_seed),
+            ]
+        )
+    head = [
+        f"visit {visit}, deployed arms",
+        "",
+        "pairs",
+        "difference [95%]",
+        "McNemar",
+        f"per seed ({', '.join(seeds)})",
+    ]
+    return _table(head, rows)
+
+
+def sealed_runs_table() -> str:
+    """Each sealed (method, seed): whether both its runs ran the registered inputs, the minutes
+    each took, the dungeons it trained on and its streamed checkpoint's hash."""
+    table = result("sealed_table.json")
+    rows = []
+    for method, by_seed in table["runs"].items():
+        for seed, run in by_seed.items():
+            trainer = run["checkpoint"]["files"]["trainer.pt"]
+            tasks = run["training_tasks"].values()
+            rows.append(
+                [
+                    method,
+                    seed,
+                    "yes" if all(c["inputs_as_registered"] for c in run["code"].values()) else "no",
+                    f"{run['time_s']['train'] / 60:.1f}",
+                    f"{run['time_s']['stream'] / 60:.1f}",
+                    ", ".join(f"{len(t['played'])} {t['env_kwargs']['split']}" for t in tasks),
+                    f"`{trainer[:12]}…`",
+                ]
+            )
+    head = [
+        "method",
+        "seed",
+        "inputs as registered",
+        "train (min)",
+        "stream (min)",
+        "dungeons trained on",
+        "trainer.pt sha256",
+    ]
+    return _table(head, rows)
+
+
 def glance_table(pages: str = "docs/results/") -> str:
-    """The README's one results table: the memory family's methods and the demo's row, each
-    linking to its results page (``pages``: where those lie, seen from the page printing it)."""
-    memory = result("extractor_memory_table.json")
-    study = f"[memory family]({pages}memory-paper-table.md)"
+    """The README's one results table: the sealed table's methods (the pre-registered claim)
+    and the demo's row, each linking to its results page (``pages``: where those lie, seen from
+    the page printing it)."""
+    memory = result("sealed_table.json")
+    study = f"[sealed table]({pages}sealed-table.md)"
     rows = []
     for row in memory["rows"]:
         last = row["last_visit"]
@@ -839,6 +917,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "stem-sides": stem_sides_table,
     "complementary-per-seed": complementary_per_seed_table,
     "experience-use": experience_use_table,
+    "sealed-table": sealed_table,
+    "sealed-comparisons": sealed_comparisons_table,
+    "sealed-runs": sealed_runs_table,
     "glance": glance_table,
     "glance-docs": lambda: glance_table(pages=""),
 }

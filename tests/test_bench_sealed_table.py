@@ -64,6 +64,55 @@ def test_the_committed_plan_trains_on_train_dungeons_and_streams_the_sealed_ones
     assert "dungeons 512-639, 65 with the" in bench.PLAN.read_text()
 
 
+def test_the_posthoc_reader_stream_is_the_plans_stream_of_the_untrained_reader():
+    plan = bench.load_plan()
+    command = bench.reader_stream_command(plan, 1)
+    assert "--run" not in command
+    flags = dict(zip(command[2::2], command[3::2]))
+    assert (flags["--split"], flags["--tasks"], flags["--visits"], flags["--seed"]) == (
+        "sealed", "128", "2", "1",
+    )  # fmt: skip
+    assert flags["--config"] == "configs/memory-grpo.yaml"
+    assert flags["--set"] == "actor.init_weights=assets/memory-reader/reader.pt"
+    assert flags["--arms"] == "none,outcome_aware"
+    assert flags["--output-dir"] == "runs/sealed-table/posthoc-reader-seed1"
+    # the same pool, visits and sampling as GRPO's registered stream at that seed
+    grpo = dict(zip(*[iter(bench.stream_command(plan, plan["methods"][0], 1)[2:])] * 2))
+    for flag in ("--env", "--split", "--tasks", "--visits", "--max-steps", "--temperature"):
+        assert flags[flag] == grpo[flag]
+
+
+def test_lesson_following_counts_first_moves_by_the_side_each_lesson_names():
+    """Worked by hand on five visit-2 episodes of one east dungeon: two shown the oracle's east
+    sentence (one moved east), two its west sentence (neither moved west), one shown a won
+    record of a west neighbour (it moved west: the record's side, whatever its dungeon)."""
+    east = next(dungeon(i) for i in pool("train") if dungeon(i).side == "east")
+    west = next(dungeon(i) for i in pool("train") if dungeon(i).side == "west")
+    sentence = "In the {} the staircase down is at the end of the {} branch."
+
+    def episode(arm, first, lesson=None, visit=2):
+        shown = [{"content": lesson}] if lesson else []
+        return {"arm": arm, "visit": visit, "task_id": east.task_id("fork"),
+                "turns": [{"action": first}], "experiences": shown}  # fmt: skip
+
+    record = f"Task: You are in the {west.name}.\nActions that won it, in order: west, west."
+    records = [
+        episode("none", "east", visit=1),
+        episode("outcome_aware", "east", sentence.format(east.name, "east")),
+        episode("outcome_aware", "west", sentence.format(east.name, "east")),
+        episode("outcome_aware", "east", sentence.format(east.name, "west")),
+        episode("outcome_aware", "east", sentence.format(east.name, "west")),
+        episode("own", "west", record),
+    ]
+    out = bench.lesson_following(records)
+    assert out["none"]["1"] == {"episodes": 1, "east_first": 1, "follows": {}}
+    aware = out["outcome_aware"]["2"]
+    assert (aware["episodes"], aware["east_first"]) == (4, 3)
+    assert (aware["follows"]["east"]["mean"], aware["follows"]["east"]["n"]) == (0.5, 2)
+    assert (aware["follows"]["west"]["mean"], aware["follows"]["west"]["n"]) == (0.0, 2)
+    assert out["own"]["2"]["follows"]["west"]["mean"] == 1.0
+
+
 def test_a_plan_must_be_committed_and_unchanged(tmp_path):
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
