@@ -290,16 +290,18 @@ def lesson_side(record: dict) -> str | None:
 
 
 def lesson_following(records: list[dict]) -> dict[str, Any]:
-    """Per arm and visit: the episodes and how many moved east first; at each arm's visits
+    """Per arm and visit: the episodes, how many were won and how many moved east first; at
+    each arm's visits
     with lessons, per side a lesson names, how many of those episodes moved that way first
     (Wilson). An actor that moves east whatever it reads cannot be helped by any lesson."""
     out: dict[str, Any] = {}
     for r in records:
         cell = out.setdefault(r["arm"], {}).setdefault(
-            str(r["visit"]), {"episodes": 0, "east_first": 0, "follows": {}}
+            str(r["visit"]), {"episodes": 0, "won": 0, "east_first": 0, "follows": {}}
         )
         first = r["turns"][0]["action"] if r["turns"] else ""
         cell["episodes"] += 1
+        cell["won"] += bool(r["won"])
         cell["east_first"] += first == "east"
         named = lesson_side(r)
         if named is not None:
@@ -324,9 +326,21 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
         "reader, untrained": {s: reader_stream_folder(s) for s in plan["seeds"]},
         **{m["name"]: {s: stream_folder(m, s) for s in plan["seeds"]} for m in plan["methods"]},
     }
+    reader = [
+        r for s in plan["seeds"] for r in load_episodes(reader_stream_folder(s), repair=False)
+    ]
     result = {
         "question": "post hoc, not in the plan: does the actor's first move follow the side "
         "its lesson names, for the reader untrained and after each method's training?",
+        "reader_success": {
+            arm: {
+                str(v): proportion_ci(
+                    [float(r["won"]) for r in reader if r["arm"] == arm and r["visit"] == v]
+                ).to_dict()
+                for v in range(1, plan["pool"]["visits"] + 1)
+            }
+            for arm in ("none", "outcome_aware")
+        },
         "plan": {"file": relative(PLAN), "commit": registered_commit()},
         "reader_commands": {
             str(s): " ".join(["comprl-gym", *reader_stream_command(plan, s)[1:]])

@@ -92,7 +92,8 @@ def test_lesson_following_counts_first_moves_by_the_side_each_lesson_names():
 
     def episode(arm, first, lesson=None, visit=2):
         shown = [{"content": lesson}] if lesson else []
-        return {"arm": arm, "visit": visit, "task_id": east.task_id("fork"),
+        # an east dungeon: a first move east reaches the stairs, west the dead end
+        return {"arm": arm, "visit": visit, "task_id": east.task_id("fork"), "won": first == "east",
                 "turns": [{"action": first}], "experiences": shown}  # fmt: skip
 
     record = f"Task: You are in the {west.name}.\nActions that won it, in order: west, west."
@@ -105,9 +106,9 @@ def test_lesson_following_counts_first_moves_by_the_side_each_lesson_names():
         episode("own", "west", record),
     ]
     out = bench.lesson_following(records)
-    assert out["none"]["1"] == {"episodes": 1, "east_first": 1, "follows": {}}
+    assert out["none"]["1"] == {"episodes": 1, "won": 1, "east_first": 1, "follows": {}}
     aware = out["outcome_aware"]["2"]
-    assert (aware["episodes"], aware["east_first"]) == (4, 3)
+    assert (aware["episodes"], aware["won"], aware["east_first"]) == (4, 3, 3)
     assert (aware["follows"]["east"]["mean"], aware["follows"]["east"]["n"]) == (0.5, 2)
     assert (aware["follows"]["west"]["mean"], aware["follows"]["west"]["n"]) == (0.0, 2)
     assert out["own"]["2"]["follows"]["west"]["mean"] == 1.0
