@@ -501,6 +501,45 @@ def sealed_runs_table() -> str:
     return _table(head, rows)
 
 
+def sealed_following_table() -> str:
+    """Post hoc (``bench_sealed_table.py --posthoc``): per actor and seed, at visit 2, how
+    often it moved east first with no lesson, and how often it moved the way a lesson named."""
+
+    def followed(cell: dict[str, Any] | None, side: str) -> str:
+        moved = (cell or {}).get("follows", {}).get(side)
+        return f"{round(moved['mean'] * moved['n'])}/{moved['n']}" if moved else "–"
+
+    streams = result("sealed_table_posthoc.json")["streams"]
+    # the reader first, then the methods in the plan's order (the file's keys are sorted)
+    order = ["reader, untrained", *(row["method"] for row in result("sealed_table.json")["rows"])]
+    rows = []
+    for actor in order:
+        for seed, arms in streams[actor].items():
+            none = arms["none"]["2"]
+            aware, own = arms["outcome_aware"].get("2"), arms.get("own", {}).get("2")
+            rows.append(
+                [
+                    actor,
+                    seed,
+                    f"{none['east_first']}/{none['episodes']}",
+                    followed(aware, "west"),
+                    followed(aware, "east"),
+                    followed(own, "west"),
+                    followed(own, "east"),
+                ]
+            )
+    head = [
+        "actor",
+        "seed",
+        "no lesson: moved east",
+        "ceiling says west: moved west",
+        "ceiling says east: moved east",
+        "own lesson says west: moved west",
+        "own lesson says east: moved east",
+    ]
+    return _table(head, rows)
+
+
 def glance_table(pages: str = "docs/results/") -> str:
     """The README's one results table: the sealed table's methods (the pre-registered claim)
     and the demo's row, each linking to its results page (``pages``: where those lie, seen from
@@ -920,6 +959,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "sealed-table": sealed_table,
     "sealed-comparisons": sealed_comparisons_table,
     "sealed-runs": sealed_runs_table,
+    "sealed-following": sealed_following_table,
     "glance": glance_table,
     "glance-docs": lambda: glance_table(pages=""),
 }
