@@ -291,9 +291,9 @@ def lesson_side(record: dict) -> str | None:
 
 def lesson_following(records: list[dict]) -> dict[str, Any]:
     """Per arm and visit: the episodes, how many were won and how many moved east first; at
-    each arm's visits
-    with lessons, per side a lesson names, how many of those episodes moved that way first
-    (Wilson). An actor that moves east whatever it reads cannot be helped by any lesson."""
+    each arm's visits with lessons, per side a lesson names, how many of those episodes moved
+    that way first (Wilson). An actor that moves east whatever it reads cannot be helped by
+    any lesson."""
     out: dict[str, Any] = {}
     for r in records:
         cell = out.setdefault(r["arm"], {}).setdefault(
@@ -342,6 +342,10 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
             for arm in ("none", "outcome_aware")
         },
         "plan": {"file": relative(PLAN), "commit": registered_commit()},
+        "reader": {
+            "path": plan["reader"]["path"],
+            "sha256": file_sha256(REPO / plan["reader"]["path"]),
+        },
         "reader_commands": {
             str(s): " ".join(["comprl-gym", *reader_stream_command(plan, s)[1:]])
             for s in plan["seeds"]
