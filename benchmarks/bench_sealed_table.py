@@ -26,7 +26,8 @@ itself, untrained, on the same dungeons, visits and seeds with the arms ``none``
 ``outcome_aware`` (about 5 minutes a seed), and writes, for it and for every (method, seed),
 how often the actor's first move follows the side its visit-2 lesson names
 (:func:`lesson_following`), to ``<output>_posthoc.json``. Whether an arm can matter at all
-turns on that.
+turns on that. It also streams GRPO's seed-0 actor on 64 dungeons of each development pool
+of :data:`POSTHOC_POOLS` (about 4 minutes each): does it ignore lessons there too?
 
 Run:  python benchmarks/bench_sealed_table.py              # whatever is not done yet
       python benchmarks/bench_sealed_table.py --seeds 0    # only seed 0's runs
@@ -273,6 +274,27 @@ def reader_stream_command(plan: dict[str, Any], seed: int) -> list[str]:
     return command
 
 
+#: Development pools on which ``--posthoc`` also streams GRPO's seed-0 actor (64 dungeons
+#: each): ``test`` shares name words with ``train``, ``test_large`` does not, as ``sealed``.
+POSTHOC_POOLS = ("test", "test_large")
+POSTHOC_TASKS = 64
+
+
+def pool_stream_folder(split: str) -> Path:
+    return RUNS / f"posthoc-grpo-seed0-{split.replace('_', '-')}"
+
+
+def pool_stream_command(plan: dict[str, Any], split: str) -> list[str]:
+    """GRPO's registered seed-0 stream of its trained actor, on the first 64 dungeons of the
+    development pool ``split`` instead of the sealed ones."""
+    grpo = next(m for m in plan["methods"] if m["name"] == plan["primary"]["control"])
+    command = stream_command(plan, grpo, 0)
+    command[command.index("--split") + 1] = split
+    command[command.index("--tasks") + 1] = str(POSTHOC_TASKS)
+    command[command.index("--output-dir") + 1] = relative(pool_stream_folder(split))
+    return command
+
+
 def lesson_side(record: dict) -> str | None:
     """The side the episode's first shown lesson names (as the family's judge reads it, about
     whichever dungeon the lesson names), or ``None`` where it was shown none or one naming no
@@ -322,6 +344,9 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
         folder = reader_stream_folder(seed)
         if not finished(folder):
             run_step(folder, reader_stream_command(plan, seed))
+    for split in POSTHOC_POOLS:
+        if not finished(pool_stream_folder(split)):
+            run_step(pool_stream_folder(split), pool_stream_command(plan, split))
     streams = {
         "reader, untrained": {s: reader_stream_folder(s) for s in plan["seeds"]},
         **{m["name"]: {s: stream_folder(m, s) for s in plan["seeds"]} for m in plan["methods"]},
@@ -351,6 +376,15 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
             for s in plan["seeds"]
         },
         "interval": "Wilson 95%",
+        "development_pools": {
+            split: {
+                "command": " ".join(["comprl-gym", *pool_stream_command(plan, split)[1:]]),
+                "following": lesson_following(
+                    load_episodes(pool_stream_folder(split), repair=False)
+                ),
+            }
+            for split in POSTHOC_POOLS
+        },
         "streams": {
             name: {str(s): lesson_following(load_episodes(f, repair=False)) for s, f in by.items()}
             for name, by in streams.items()
