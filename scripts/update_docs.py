@@ -503,31 +503,43 @@ def sealed_runs_table() -> str:
 
 def sealed_following_table() -> str:
     """Post hoc (``bench_sealed_table.py --posthoc``): per actor and seed, at visit 2, how
-    often it moved east first with no lesson, and how often it moved the way a lesson named."""
+    often it moved east first with no lesson, and how often it moved the way a lesson named;
+    on the sealed dungeons, and GRPO's seed-0 actor on two development pools."""
 
     def followed(cell: dict[str, Any] | None, side: str) -> str:
         moved = (cell or {}).get("follows", {}).get(side)
         return f"{round(moved['mean'] * moved['n'])}/{moved['n']}" if moved else "–"
 
-    streams = result("sealed_table_posthoc.json")["streams"]
-    # the reader first, then the methods in the plan's order (the file's keys are sorted)
-    order = ["reader, untrained", *(row["method"] for row in result("sealed_table.json")["rows"])]
+    posthoc = result("sealed_table_posthoc.json")
+    streams = posthoc["streams"]
+    methods = [row["method"] for row in result("sealed_table.json")["rows"]]
+    # the reader first, then the methods in the plan's order (the file's keys are sorted), with
+    # GRPO's seed-0 actor on the development pools after GRPO's sealed rows
+    listed = [
+        ("reader, untrained", seed, arms) for seed, arms in streams["reader, untrained"].items()
+    ]
+    for method in methods:
+        listed += [(method, seed, arms) for seed, arms in streams[method].items()]
+        if method == methods[0]:
+            listed += [
+                (f"{method} on `{split}` (64 dungeons)", "0", stream["following"])
+                for split, stream in posthoc["development_pools"].items()
+            ]
     rows = []
-    for actor in order:
-        for seed, arms in streams[actor].items():
-            none = arms["none"]["2"]
-            aware, own = arms["outcome_aware"].get("2"), arms.get("own", {}).get("2")
-            rows.append(
-                [
-                    actor,
-                    seed,
-                    f"{none['east_first']}/{none['episodes']}",
-                    followed(aware, "west"),
-                    followed(aware, "east"),
-                    followed(own, "west"),
-                    followed(own, "east"),
-                ]
-            )
+    for actor, seed, arms in listed:
+        none = arms["none"]["2"]
+        aware, own = arms["outcome_aware"].get("2"), arms.get("own", {}).get("2")
+        rows.append(
+            [
+                actor,
+                seed,
+                f"{none['east_first']}/{none['episodes']}",
+                followed(aware, "west"),
+                followed(aware, "east"),
+                followed(own, "west"),
+                followed(own, "east"),
+            ]
+        )
     head = [
         "actor",
         "seed",

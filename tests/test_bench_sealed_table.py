@@ -82,6 +82,23 @@ def test_the_posthoc_reader_stream_is_the_plans_stream_of_the_untrained_reader()
         assert flags[flag] == grpo[flag]
 
 
+def test_the_posthoc_pool_streams_are_grpos_seed_0_stream_on_development_pools():
+    plan = bench.load_plan()
+    registered = bench.stream_command(plan, plan["methods"][0], 0)
+    assert bench.POSTHOC_POOLS == ("test", "test_large")
+    for split in bench.POSTHOC_POOLS:
+        command = bench.pool_stream_command(plan, split)
+        flags = dict(zip(command[2::2], command[3::2]))
+        assert (flags["--split"], flags["--tasks"]) == (split, "64")
+        assert flags["--run"] == "runs/sealed-table/grpo-seed0"
+        assert "sealed" not in flags["--output-dir"].replace("sealed-table/", "")
+        # everything else as registered for GRPO at seed 0
+        changed = {"--split", "--tasks", "--output-dir"}
+        assert {k: v for k, v in flags.items() if k not in changed} == {
+            k: v for k, v in zip(registered[2::2], registered[3::2]) if k not in changed
+        }
+
+
 def test_lesson_following_counts_first_moves_by_the_side_each_lesson_names():
     """Worked by hand on five visit-2 episodes of one east dungeon: two shown the oracle's east
     sentence (one moved east), two its west sentence (neither moved west), one shown a won
