@@ -132,6 +132,16 @@ def code_of(folders: tuple[Path, ...], commit: str, repo: Path | None = None) ->
     return out
 
 
+def as_recorded(command: list[str]) -> str:
+    """A command as a result records it: ``comprl-gym ...`` (not this machine's path to it)."""
+    return " ".join(["comprl-gym", *command[1:]])
+
+
+def control(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan's method that the primary comparison is against (GRPO)."""
+    return next(m for m in plan["methods"] if m["name"] == plan["primary"]["control"])
+
+
 def slug(name: str) -> str:
     """A method's folder name: ``"Complementary RL"`` -> ``complementary-rl``."""
     return "-".join(name.lower().split())
@@ -215,8 +225,8 @@ def run_record(
     provenance = json.loads((stream_folder(method, seed) / "provenance.json").read_text())
     trained = json.loads((train_folder(method, seed) / SUMMARY_FILE).read_text())
     return {
-        "train_command": " ".join(["comprl-gym", *train_command(plan, method, seed)[1:]]),
-        "stream_command": " ".join(["comprl-gym", *stream_command(plan, method, seed)[1:]]),
+        "train_command": as_recorded(train_command(plan, method, seed)),
+        "stream_command": as_recorded(stream_command(plan, method, seed)),
         "training_tasks": provenance["run"].get("training_tasks"),
         "checkpoint": provenance["run"].get("checkpoint"),
         "models": provenance["run"].get("models"),
@@ -264,7 +274,7 @@ def reader_stream_folder(seed: int) -> Path:
 def reader_stream_command(plan: dict[str, Any], seed: int) -> list[str]:
     """``comprl-gym stream`` of the plan's reader itself (no training: GRPO's config for the
     actor's settings, the reader's weights) on the plan's pool, ``none`` and ``outcome_aware``."""
-    grpo = next(m for m in plan["methods"] if m["name"] == plan["primary"]["control"])
+    grpo = control(plan)
     command = stream_command(plan, grpo, seed)
     at = command.index("--run")
     command[at : at + 2] = [
@@ -287,8 +297,7 @@ def pool_stream_folder(split: str) -> Path:
 def pool_stream_command(plan: dict[str, Any], split: str) -> list[str]:
     """GRPO's registered seed-0 stream of its trained actor, on the first 64 dungeons of the
     development pool ``split`` instead of the sealed ones."""
-    grpo = next(m for m in plan["methods"] if m["name"] == plan["primary"]["control"])
-    command = stream_command(plan, grpo, 0)
+    command = stream_command(plan, control(plan), 0)
     command[command.index("--split") + 1] = split
     command[command.index("--tasks") + 1] = str(POSTHOC_TASKS)
     command[command.index("--output-dir") + 1] = relative(pool_stream_folder(split))
@@ -347,13 +356,15 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
     for split in POSTHOC_POOLS:
         if not finished(pool_stream_folder(split)):
             run_step(pool_stream_folder(split), pool_stream_command(plan, split))
-    streams = {
+    folders = {
         "reader, untrained": {s: reader_stream_folder(s) for s in plan["seeds"]},
         **{m["name"]: {s: stream_folder(m, s) for s in plan["seeds"]} for m in plan["methods"]},
     }
-    reader = [
-        r for s in plan["seeds"] for r in load_episodes(reader_stream_folder(s), repair=False)
-    ]
+    streams = {
+        name: {str(s): load_episodes(f, repair=False) for s, f in by.items()}
+        for name, by in folders.items()
+    }
+    reader = [r for records in streams["reader, untrained"].values() for r in records]
     result = {
         "question": "post hoc, not in the plan: does the actor's first move follow the side "
         "its lesson names, for the reader untrained and after each method's training?",
@@ -372,13 +383,12 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
             "sha256": file_sha256(REPO / plan["reader"]["path"]),
         },
         "reader_commands": {
-            str(s): " ".join(["comprl-gym", *reader_stream_command(plan, s)[1:]])
-            for s in plan["seeds"]
+            str(s): as_recorded(reader_stream_command(plan, s)) for s in plan["seeds"]
         },
         "interval": "Wilson 95%",
         "development_pools": {
             split: {
-                "command": " ".join(["comprl-gym", *pool_stream_command(plan, split)[1:]]),
+                "command": as_recorded(pool_stream_command(plan, split)),
                 "following": lesson_following(
                     load_episodes(pool_stream_folder(split), repair=False)
                 ),
@@ -386,7 +396,7 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
             for split in POSTHOC_POOLS
         },
         "streams": {
-            name: {str(s): lesson_following(load_episodes(f, repair=False)) for s, f in by.items()}
+            name: {s: lesson_following(records) for s, records in by.items()}
             for name, by in streams.items()
         },
     }
@@ -418,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     pending = [(f, c) for f, c in steps(plan, seeds) if not finished(f)]
     if args.dry_run:
         for _, command in pending:
-            print(" ".join(["comprl-gym", *command[1:]]))
+            print(as_recorded(command))
         return 0
     commit = registered_commit()
     RUNS.mkdir(parents=True, exist_ok=True)

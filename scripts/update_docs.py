@@ -436,22 +436,17 @@ def sealed_comparisons_table() -> str:
     table = result("sealed_table.json")
     primary = table["plan"]["content"]["primary"]
     visit = str(primary["visit"])
-    rows_by_method = {row["method"]: row for row in table["rows"]}
     seeds = [str(s) for s in table["plan"]["content"]["seeds"]]
-    treatment = rows_by_method[primary["treatment"]]
-    comparisons = [
-        (f"{primary['treatment']} − {other}", treatment["versus"][other])
-        for other in table["versus"]
-    ]
+    treatment = next(row for row in table["rows"] if row["method"] == primary["treatment"])
     rows = []
-    for name, cell in comparisons:
+    for other in table["versus"]:
+        cell = treatment["versus"][other]
         pooled = cell["this_minus_that"][visit]
-        role = "primary" if name.endswith(f"− {primary['control']}") else "secondary"
         per_seed = [f"{cell['per_seed'][s][visit]['difference']['mean']:+.2f}" for s in seeds]
         rows.append(
             [
-                name,
-                role,
+                f"{primary['treatment']} − {other}",
+                "primary" if other == primary["control"] else "secondary",
                 str(pooled["pairs"]),
                 interval(pooled["difference"], True),
                 p_value(pooled["mcnemar_p"]),
@@ -556,10 +551,10 @@ def glance_table(pages: str = "docs/results/") -> str:
     """The README's one results table: the sealed table's methods (the pre-registered claim)
     and the demo's row, each linking to its results page (``pages``: where those lie, seen from
     the page printing it)."""
-    memory = result("sealed_table.json")
+    sealed = result("sealed_table.json")
     study = f"[sealed table]({pages}sealed-table.md)"
     rows = []
-    for row in memory["rows"]:
+    for row in sealed["rows"]:
         last = row["last_visit"]
         grpo = row["versus"].get("GRPO")
         versus = "–"

@@ -85,13 +85,14 @@ def test_the_posthoc_reader_stream_is_the_plans_stream_of_the_untrained_reader()
 def test_the_posthoc_pool_streams_are_grpos_seed_0_stream_on_development_pools():
     plan = bench.load_plan()
     registered = bench.stream_command(plan, plan["methods"][0], 0)
-    assert bench.POSTHOC_POOLS == ("test", "test_large")
-    for split in bench.POSTHOC_POOLS:
+    folders = {"test": "posthoc-grpo-seed0-test", "test_large": "posthoc-grpo-seed0-test-large"}
+    assert tuple(folders) == bench.POSTHOC_POOLS
+    for split, folder in folders.items():
         command = bench.pool_stream_command(plan, split)
         flags = dict(zip(command[2::2], command[3::2]))
         assert (flags["--split"], flags["--tasks"]) == (split, "64")
         assert flags["--run"] == "runs/sealed-table/grpo-seed0"
-        assert "sealed" not in flags["--output-dir"].replace("sealed-table/", "")
+        assert flags["--output-dir"] == f"runs/sealed-table/{folder}"
         # everything else as registered for GRPO at seed 0
         changed = {"--split", "--tasks", "--output-dir"}
         assert {k: v for k, v in flags.items() if k not in changed} == {
