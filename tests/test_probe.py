@@ -140,6 +140,74 @@ def test_a_real_extractor_runs_through_the_probe_and_keeps_its_training_state(ep
     assert [v.lessons for v in again.verdicts] == [v.lessons for v in report.verdicts[:8]]
 
 
+def test_each_probe_episode_draws_from_its_own_seed_the_same_at_every_probe(episodes):
+    """Two probe episodes never share one random draw (a shared seed made the whole probe one
+    coin flip at a high temperature), and an episode draws the same at the next probe."""
+    extractor = build_extractor(
+        ModelSettings(model="tiny", max_new_tokens=8, temperature=1.5),
+        ExperienceSettings(extractor_format="stem"),
+    )
+    generate = extractor.backend.generate
+    seeds: list[int] = []
+
+    def recording(prompts, params):
+        if params.temperature > 0:  # the sample, not the choices' greedy read-outs
+            seeds.append(params.seed)
+        return generate(prompts, params)
+
+    extractor.backend.generate = recording
+    run_probe(ExtractorWriter(extractor), episodes)
+    first = list(seeds)
+    assert len(first) == 32 and len(set(first)) == 32
+    seeds.clear()
+    extractor.generations += 5  # training moved the counter on: the probe's draws stay put
+    run_probe(ExtractorWriter(extractor), episodes)
+    assert seeds == first
+
+
+def test_the_probe_reads_the_models_own_choice_probabilities(episodes):
+    """P(right) and the greedy verdict are those of a forward pass of the extractor's model at
+    the position where it samples its side, restricted to the two sides (an independent read
+    of the same weights, not through the backend)."""
+    import torch
+
+    from comprl_gym.families import family_spec
+    from comprl_gym.trainers.lesson_formats import stem_prompt
+
+    extractor = build_extractor(
+        ModelSettings(model="tiny", max_new_tokens=8), ExperienceSettings(extractor_format="stem")
+    )
+    report = run_probe(ExtractorWriter(extractor), episodes[:6])
+    model, tokenizer = extractor.optimizer.model, extractor.optimizer.tokenizer
+    for episode, verdict in zip(episodes[:6], report.verdicts):
+        stem = family_spec("memory").stem_for(episode.task_id)
+        prompt, firsts = stem_prompt(extractor.backend, extractor.format.messages(episode), stem)
+        ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**ids).logits[0, -1, firsts].double()
+        probs = torch.softmax(logits, -1).tolist()
+        right = 0 if stem.choices[0].strip().startswith(stairs_side(episode)) else 1
+        assert verdict.p_right == pytest.approx(probs[right], abs=1e-5)
+        assert verdict.greedy == ("right" if probs[right] > 0.5 else "wrong")
+    metrics = report.metrics()
+    assert metrics["probe/p_right_after_won"] is not None
+    assert 0.0 <= metrics["probe/greedy_right_after_lost"] <= 1.0
+
+
+def stairs_side(episode: Trajectory) -> str:
+    """The side of the stairs: the one walked if the episode was won, else the other."""
+    walked = episode.turns[0].action
+    return walked if episode.won else {"east": "west", "west": "east"}[walked]
+
+
+def test_scripted_rules_are_their_own_greedy_choice(episodes):
+    report = run_probe(ScriptedRule.outcome_aware(), episodes)
+    assert report.greedy_rate(True).mean == report.greedy_rate(False).mean == 1.0
+    assert report.mean_p_right(False).mean == 1.0
+    walked = run_probe(ScriptedRule.walked_side(), episodes)
+    assert walked.mean_p_right(True).mean == 1.0 and walked.mean_p_right(False).mean == 0.0
+
+
 def test_probe_command_prints_the_table_and_writes_every_lesson(tmp_path, capsys):
     out = tmp_path / "probe.json"
     assert main(["probe", "--extractor", "tiny", "--out", str(out)]) == 0

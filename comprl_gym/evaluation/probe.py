@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.evaluation.stats import Interval, wilson_interval
+from comprl_gym.evaluation.stats import Interval, mean_ci, wilson_interval
 from comprl_gym.families import VERDICTS, FamilySpec, LessonStem, family_spec
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.utils import load_object
@@ -146,8 +146,18 @@ class ScriptedRule:
         """The choice that names ``word`` (e.g. ``"east"``), whatever the episode."""
         return cls(f"scripted always {word}", lambda e, stem: _choice_of(stem, word))
 
-    def write(self, episode: Trajectory, actor_step: int, *, into: Any) -> list[int]:
-        """Add the rule's lesson about ``episode`` to ``into``; returns its id."""
+    def choice_logprobs(self, episode: Trajectory) -> list[tuple[str, float]]:
+        """Each lesson of the stem with its log-prob under the rule: 0 for the one it
+        writes, minus infinity for the others (a rule is its own greedy choice)."""
+        stem = self._stem(episode)
+        pick = self.pick(episode, stem)
+        return [
+            (stem.opening + choice, 0.0 if i == pick else -math.inf)
+            for i, choice in enumerate(stem.choices)
+        ]
+
+    @staticmethod
+    def _stem(episode: Trajectory) -> LessonStem:
         spec = family_of(episode.env_family)
         stem = spec.stem_for(episode.task_id)
         if stem is None:
@@ -155,6 +165,11 @@ class ScriptedRule:
                 f"family {spec.name!r} has no lesson stem for {episode.task_id!r}: a scripted "
                 "rule writes only stem lessons"
             )
+        return stem
+
+    def write(self, episode: Trajectory, actor_step: int, *, into: Any) -> list[int]:
+        """Add the rule's lesson about ``episode`` to ``into``; returns its id."""
+        stem = self._stem(episode)
         lesson = stem.opening + stem.choices[self.pick(episode, stem)]
         item = {"title": f"{episode.env_family}: {episode.task[:80]}", "description": ""}
         return into.add([{**item, "content": lesson}], env_family=episode.env_family)
@@ -173,6 +188,12 @@ class ProbeVerdict:
     walked: str
     verdict: str
     lessons: tuple[str, ...] = ()
+    #: The writer's own probability of writing a right lesson (its choices' probabilities
+    #: at temperature 1, restricted to the stem's choices, summed over those the judge calls
+    #: right); ``None`` for a writer that cannot say (a scripted rule, a non-stem extractor).
+    p_right: float | None = None
+    #: The judge's verdict on the writer's most probable choice (``None`` as for ``p_right``).
+    greedy: str | None = None
 
 
 def episode_verdict(judgements: list[Any], task: Any) -> str:
@@ -233,13 +254,32 @@ class ProbeReport:
         of that outcome counts, so writing nothing is not right."""
         return wilson_interval(self.count("right", won), self.episodes(won), level)
 
+    def greedy_rate(self, won: bool, level: float = 0.95) -> Interval:
+        """How often the writer's most probable lesson is right after a win (or a loss), with
+        its Wilson interval, over the episodes whose writer could say (none: NaN)."""
+        read = [v for v in self.verdicts if v.won == won and v.greedy is not None]
+        return wilson_interval(sum(v.greedy == "right" for v in read), len(read), level)
+
+    def mean_p_right(self, won: bool, level: float = 0.95) -> Interval:
+        """The mean over episodes of the writer's probability of a right lesson after a win
+        (or a loss), with its interval (:func:`~comprl_gym.evaluation.stats.mean_ci`), over the
+        episodes whose writer could say (none: NaN). Unlike the sampled rate it carries no
+        sampling noise: it moves only with the weights."""
+        values = [v.p_right for v in self.verdicts if v.won == won and v.p_right is not None]
+        return mean_ci(values, level)
+
     def metrics(self, prefix: str = "probe/") -> dict[str, float | int | None]:
         """What training logs: the two rates (``None`` without episodes of that outcome),
-        episodes and right lessons per outcome, and the counts of the other verdicts."""
+        episodes and right lessons per outcome, the greedy rate and mean probability of a
+        right lesson where the writer can say, and the counts of the other verdicts."""
         out: dict[str, float | int | None] = {}
         for won, label in ((True, "won"), (False, "lost")):
-            rate = self.right_rate(won).mean
-            out[f"{prefix}right_after_{label}"] = None if math.isnan(rate) else rate
+            for name, rate in (
+                ("right_after", self.right_rate(won).mean),
+                ("greedy_right_after", self.greedy_rate(won).mean),
+                ("p_right_after", self.mean_p_right(won).mean),
+            ):
+                out[f"{prefix}{name}_{label}"] = None if math.isnan(rate) else rate
             out[f"{prefix}right_{label}"] = self.count("right", won)
             out[f"{prefix}episodes_{label}"] = self.episodes(won)
         out[f"{prefix}wrong"] = self.count("wrong")
@@ -253,6 +293,10 @@ class ProbeReport:
             "name": self.name,
             "right_after_won": self.right_rate(True).to_dict(),
             "right_after_lost": self.right_rate(False).to_dict(),
+            "greedy_right_after_won": self.greedy_rate(True).to_dict(),
+            "greedy_right_after_lost": self.greedy_rate(False).to_dict(),
+            "p_right_after_won": self.mean_p_right(True).to_dict(),
+            "p_right_after_lost": self.mean_p_right(False).to_dict(),
             "counts": {v: self.count(v) for v in PROBE_VERDICTS},
             "verdicts": [asdict(v) for v in self.verdicts],
         }
@@ -279,6 +323,39 @@ class ScratchEmbedder:
         ]
         vectors = np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim) + 1.0
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def choice_verdicts(
+    writer: Any, episode: Trajectory, spec: FamilySpec, task: Any
+) -> tuple[float | None, str | None]:
+    """The writer's probability of a right lesson about ``episode`` and the verdict on its
+    most probable one, from its ``choice_logprobs(episode)`` (each lesson it could write and
+    its log-prob; a writer without it, or that returns ``None``, gives ``(None, None)``).
+
+    Example (two choices at log-odds log 3 for the right one):
+        >>> import math
+        >>> class Writer:
+        ...     def choice_logprobs(self, episode):
+        ...         return [("In the Mire of Pearls the staircase down is at the end of the"
+        ...                  " east branch.", math.log(0.6)),
+        ...                 ("In the Mire of Pearls the staircase down is at the end of the"
+        ...                  " west branch.", math.log(0.2))]
+        >>> episode = load_probe_episodes("memory")[0]  # its stairs are east
+        >>> spec = family_of("memory")
+        >>> p, greedy = choice_verdicts(Writer(), episode, spec, spec.judge(episode.task).task_id)
+        >>> round(p, 4), greedy
+        (0.75, 'right')
+    """
+    reader = getattr(writer, "choice_logprobs", None)
+    choices = None if reader is None else reader(episode)
+    if not choices:
+        return None, None
+    logprobs = np.array([lp for _, lp in choices], dtype=float)
+    probs = np.exp(logprobs - logprobs.max())
+    probs /= probs.sum()
+    verdicts = [episode_verdict([spec.judge(text)], task) for text, _ in choices]
+    p_right = float(sum(p for p, v in zip(probs, verdicts) if v == "right"))
+    return p_right, verdicts[int(np.argmax(logprobs))]
 
 
 def run_probe(
@@ -309,6 +386,7 @@ def run_probe(
                 judgements = [spec.judge(text) for text in texts]
                 # The task as the judge names it: its verdict on the episode's own task text.
                 task = spec.judge(episode.task).task_id
+                p_right, greedy = choice_verdicts(writer, episode, spec, task)
                 report.verdicts.append(
                     ProbeVerdict(
                         episode.episode_id,
@@ -317,6 +395,8 @@ def run_probe(
                         walked(episode),
                         episode_verdict(judgements, task),
                         texts,
+                        p_right,
+                        greedy,
                     )
                 )
         finally:
@@ -324,30 +404,42 @@ def run_probe(
     return report
 
 
-def _rate(interval: Interval, right: int) -> str:
-    if interval.n == 0:
+def _rate(interval: Interval, right: int | None = None) -> str:
+    if interval.n == 0 or math.isnan(interval.mean):
         return "-"
-    return f"{interval.mean:.2f} [{interval.low:.2f}, {interval.high:.2f}] ({right}/{interval.n})"
+    count = "" if right is None else f" ({right}/{interval.n})"
+    return f"{interval.mean:.2f} [{interval.low:.2f}, {interval.high:.2f}]{count}"
 
 
 def probe_table(reports: Iterable[ProbeReport]) -> str:
-    """A markdown table of probe reports, one row per writer.
+    """A markdown table of probe reports, one row per writer: the sampled rates, the greedy
+    rates and the mean probability of a right lesson after a win and after a loss (``-``
+    where the writer cannot say), then the counts of the other verdicts.
 
     Example:
-        >>> print(probe_table([ProbeReport("x", [ProbeVerdict("1", "t", True, "east", "right")])]))
-        | lesson writer | right after a win | right after a loss | wrong | no side | both sides | other task | nothing written |
-        | --- | --- | --- | --- | --- | --- | --- | --- |
-        | x | 1.00 [0.21, 1.00] (1/1) | - | 0 | 0 | 0 | 0 | 0 |
+        >>> v = ProbeVerdict("1", "t", True, "east", "right", p_right=0.8, greedy="right")
+        >>> print(probe_table([ProbeReport("x", [v])]))  # doctest: +NORMALIZE_WHITESPACE
+        | lesson writer | right after a win | right after a loss | greedy right after a win | greedy right after a loss | P(right) after a win | P(right) after a loss | wrong | no side | both sides | other task | nothing written |
+        | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+        | x | 1.00 [0.21, 1.00] (1/1) | - | 1.00 [0.21, 1.00] (1/1) | - | 0.80 [0.13, 0.99] | - | 0 | 0 | 0 | 0 | 0 |
     """
     lines = [
-        "| lesson writer | right after a win | right after a loss | wrong | no side | both sides "
-        "| other task | nothing written |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| lesson writer | right after a win | right after a loss | greedy right after a win "
+        "| greedy right after a loss | P(right) after a win | P(right) after a loss | wrong "
+        "| no side | both sides | other task | nothing written |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for report in reports:
-        rates = [_rate(report.right_rate(w), report.count("right", w)) for w in (True, False)]
+        cells = []
+        for won in (True, False):
+            cells.append(_rate(report.right_rate(won), report.count("right", won)))
+        for won in (True, False):
+            greedy = sum(v.greedy == "right" for v in report.verdicts if v.won == won)
+            cells.append(_rate(report.greedy_rate(won), greedy))
+        for won in (True, False):
+            cells.append(_rate(report.mean_p_right(won)))
         counts = [report.count(v) for v in ("wrong", "neither", "both", "other_task", "nothing")]
-        lines.append(f"| {report.name} | " + " | ".join([*rates, *map(str, counts)]) + " |")
+        lines.append(f"| {report.name} | " + " | ".join([*cells, *map(str, counts)]) + " |")
     return "\n".join(lines)
 
 
@@ -360,6 +452,7 @@ __all__ = [
     "ScratchEmbedder",
     "ScriptedRule",
     "can_probe",
+    "choice_verdicts",
     "episode_verdict",
     "family_of",
     "load_probe_episodes",

@@ -313,6 +313,36 @@ def fill_stem(
     return generation, stem.opening + stem.choices[firsts.index(chosen[0])]
 
 
+def stem_choice_logprobs(
+    backend: Any, messages: list[dict[str, str]], stem: LessonStem
+) -> list[float]:
+    """The log-probability the model gives the first token of each of the stem's choices
+    where :func:`fill_stem` samples (temperature 1, the whole vocabulary, in the stem's order):
+    a softmax of them is the model's own choice distribution restricted to the stem's choices,
+    and their argmax its greedy choice. Each is read from a one-token greedy generation that
+    may emit only that token (so any backend that takes raw prompts, ``allowed_token_ids`` and
+    log-probs serves), not from a sample: no random draw is made."""
+    from comprl_gym.llm import SamplingParams
+
+    prompt, firsts = stem_prompt(backend, messages, stem)
+    out = []
+    for token in firsts:
+        params = SamplingParams(
+            max_tokens=1, temperature=0.0, logprobs=True, allowed_token_ids=(token,)
+        )
+        [generation] = backend.generate([prompt], params)
+        if (
+            list(generation.completion_token_ids[:1]) != [token]
+            or not generation.completion_logprobs
+        ):
+            raise ConfigurationError(
+                f"{getattr(backend, 'name', 'the backend')} did not report the log-prob of the "
+                "one token it was allowed: choice probabilities need allowed_token_ids and logprobs"
+            )
+        out.append(float(generation.completion_logprobs[0]))
+    return out
+
+
 #: The lesson formats by name.
 LESSON_FORMATS: dict[str, type] = {
     cls.name: cls for cls in (OperationsFormat, PlainFormat, StemFormat)

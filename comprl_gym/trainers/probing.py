@@ -16,12 +16,15 @@ A saved run's extractors are probed by ``comprl-gym probe`` (:mod:`.probe_comman
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from comprl_gym.evaluation.probe import ProbeReport, can_probe, load_probe_episodes, run_probe
+from comprl_gym.families import family_spec
 from comprl_gym.registration import families_of
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.extractor import ExperienceExtractor
+from comprl_gym.trainers.lesson_formats import StemFormat, stem_choice_logprobs
 
 
 class ExtractorWriter:
@@ -29,9 +32,18 @@ class ExtractorWriter:
 
     It writes with the extractor's current weights and sampling settings into the store it is
     given (``ExperienceExtractor.write(..., into=store)``, which keeps no training sample and
-    leaves the extractor's counts alone for a write elsewhere), then puts back the one thing
-    that writing elsewhere moves: the extractor's sampling-seed counter. The caller makes sure
-    nothing else uses the extractor meanwhile (a trainer drains its experience worker first).
+    leaves the extractor's counts alone for a write elsewhere), and leaves the extractor's
+    sampling-seed counter as it found it, so a run probed every iteration trains exactly as one
+    never probed. The caller makes sure nothing else uses the extractor meanwhile (a trainer
+    drains its experience worker first).
+
+    Each probe episode draws from its own seed (:func:`probe_draw`, from the extractor's seed
+    and the episode's id): episodes never share one random draw, and the same episode gets the
+    same draw at every probe of a run, so a probe curve moves only when the weights do.
+
+    :meth:`choice_logprobs` is what the probe reads beside the sample: the model's log-prob of
+    each choice of the family's lesson stem, for the greedy choice and the mean probability of
+    the right one (a ``stem`` extractor only; ``None`` otherwise).
     """
 
     def __init__(self, extractor: ExperienceExtractor, name: str = "extractor"):
@@ -42,10 +54,48 @@ class ExtractorWriter:
         extractor = self.extractor
         with extractor.lock:
             generations = extractor.generations
+            # _sampling adds one before it seeds: this episode's generations draw from
+            # seed * 1_000_003 + probe_draw + 1, ...
+            extractor.generations = probe_draw(episode.episode_id)
             try:
                 return extractor.write(episode, actor_step, into=into)
             finally:
                 extractor.generations = generations
+
+    def choice_logprobs(self, episode: Trajectory) -> list[tuple[str, float]] | None:
+        """Each lesson the extractor could write about ``episode`` in the family's stem, with
+        the log-prob its model gives it (:func:`~comprl_gym.trainers.lesson_formats.
+        stem_choice_logprobs`); ``None`` when the extractor does not write stems or the task
+        has no stem. Draws nothing."""
+        extractor = self.extractor
+        if not isinstance(extractor.format, StemFormat):
+            return None
+        spec = family_spec(episode.env_family)
+        stem = None if spec is None else spec.stem_for(episode.task_id)
+        if stem is None:
+            return None
+        with extractor.lock:
+            logprobs = stem_choice_logprobs(
+                extractor.backend, extractor.format.messages(episode), stem
+            )
+        return [(stem.opening + choice, lp) for choice, lp in zip(stem.choices, logprobs)]
+
+
+#: Probe draws start here, far above any generation count a run reaches, so a probe episode's
+#: seed is never one a training generation used.
+PROBE_DRAWS = 10**12
+
+
+def probe_draw(episode_id: str) -> int:
+    """The sampling-counter value the probe episode ``episode_id`` draws at: a stable hash of
+    the id (the same in every process and at every probe), above :data:`PROBE_DRAWS`.
+
+    Example:
+        >>> probe_draw("a") != probe_draw("b"), probe_draw("a") == probe_draw("a")
+        (True, True)
+    """
+    digest = hashlib.sha256(episode_id.encode("utf-8")).digest()
+    return PROBE_DRAWS + int.from_bytes(digest[:5], "big")
 
 
 def probed_families(env_ids: list[str]) -> list[str]:
@@ -80,4 +130,4 @@ def probe_metrics(extractor: ExperienceExtractor, env_ids: list[str], step: int)
     return record
 
 
-__all__ = ["ExtractorWriter", "probe_metrics", "probe_reports", "probed_families"]
+__all__ = ["ExtractorWriter", "probe_draw", "probe_metrics", "probe_reports", "probed_families"]
