@@ -36,7 +36,6 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from comprl_gym.envs.memory import dungeon
@@ -310,29 +309,12 @@ def scripted_training_episodes() -> list:
     """Every ``train`` dungeon walked once east and once west by the probe's scripted walker
     (one won, one lost each): the perfect-credit diagnostic's episodes, played like the
     probe's but on the training pool."""
-    import gymnasium as gym
+    from comprl_gym.envs.memory.probe import walked_both_ways
 
-    from comprl_gym.envs.memory import pool
-    from comprl_gym.envs.memory.probe import PROBE_ENV_ID, PROBE_ENV_KWARGS
-    from comprl_gym.rollouts import run_episode
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    from make_probe_episodes import WalkAgent
-
-    env = gym.make(PROBE_ENV_ID, **{**PROBE_ENV_KWARGS, "split": "train"})
-    episodes = []
-    try:
-        for index in pool("train"):
-            task_id = dungeon(index).task_id("fork")
-            for side in ("east", "west"):
-                episode = run_episode(
-                    env, WalkAgent(side), seed=index, options={"task_id": task_id}
-                )
-                episode.episode_id = f"scripted-{task_id}-{side}"
-                episode.meta = {"with_experience": False, "group": index}
-                episodes.append(episode)
-    finally:
-        env.close()
+    episodes = walked_both_ways("train")
+    for episode in episodes:
+        episode.episode_id = f"scripted-{episode.task_id}-{episode.meta['walked']}"
+        episode.meta = {"with_experience": False, "group": episode.meta["group"]}
     return episodes
 
 

@@ -18,60 +18,34 @@ import json
 import sys
 from typing import Any
 
-import gymnasium as gym
-
 import comprl_gym  # noqa: F401  (registers the comprl/* ids)
-from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.probe import (
     PROBE_DUNGEONS,
     PROBE_ENV_ID,
     PROBE_ENV_KWARGS,
     PROBE_FILE,
+    PROBE_SPLIT,
+    walked_both_ways,
 )
-from comprl_gym.rollouts import run_episode
 from comprl_gym.utils import atomic_write_json
 
 #: Fields of a trajectory that measure the machine, not the episode.
 TIMINGS = ("wall_time_s", "gen_time_s", "env_time_s")
-WALKS = ("east", "west")
-
-
-class WalkAgent:
-    """Walks one side, whatever it sees: the probe's scripted player."""
-
-    def __init__(self, side: str):
-        self.side = side
-
-    def reset(self, task: str, info: dict[str, Any]) -> None:
-        """Nothing to remember."""
-
-    def act(self, observation: str, info: dict[str, Any]) -> str:
-        return self.side
 
 
 def make_probe_episodes() -> dict[str, Any]:
     """The probe file's content: the env, its arguments and every episode's record."""
-    env = gym.make(PROBE_ENV_ID, **PROBE_ENV_KWARGS)
     episodes = []
-    try:
-        for index in PROBE_DUNGEONS:
-            task_id = dungeon(index).task_id("fork")
-            for side in WALKS:
-                episode = run_episode(
-                    env, WalkAgent(side), seed=index, options={"task_id": task_id}
-                )
-                if episode.error:
-                    raise RuntimeError(f"probe episode {task_id} ({side}) failed: {episode.error}")
-                episode.episode_id = f"probe-{task_id}-{side}"
-                episode.meta = {"walked": side}
-                record = episode.to_dict()
-                for key in TIMINGS:
-                    record[key] = 0.0
-                for turn in record["turns"]:
-                    turn["gen_time_s"] = turn["env_time_s"] = 0.0
-                episodes.append(record)
-    finally:
-        env.close()
+    for episode in walked_both_ways(PROBE_SPLIT, PROBE_DUNGEONS):
+        side = episode.meta["walked"]
+        episode.episode_id = f"probe-{episode.task_id}-{side}"
+        episode.meta = {"walked": side}
+        record = episode.to_dict()
+        for key in TIMINGS:
+            record[key] = 0.0
+        for turn in record["turns"]:
+            turn["gen_time_s"] = turn["env_time_s"] = 0.0
+        episodes.append(record)
     return {
         "about": (
             "Extractor probe episodes of the memory family: each dungeon walked east once and "

@@ -516,3 +516,48 @@ def test_token_logprobs_at_chosen_positions_match_teacher_forcing():
             positions=torch.tensor([1, 4, 5]),
         )
     assert got[0].tolist() == pytest.approx([expected[1], expected[4], expected[5]], abs=1e-5)
+
+
+def _restricted(model, prompt_ids, tokens, temperature):
+    """Independent truth: the model's distribution over ``tokens`` at the prompt's end."""
+    with torch.no_grad():
+        ids = torch.tensor([prompt_ids])
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -1]
+    return torch.softmax(logits[list(tokens)].double() / temperature, -1)
+
+
+def test_score_sampled_scores_the_distribution_the_sampler_drew_from():
+    """``score: sampled``: the update's entropy is that of the temperature-T distribution over
+    the allowed tokens, and punishing one of two choices moves probability to the other."""
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    settings = ModelSettings(model="tiny", lr=1e-2, score="sampled", temperature=1.5)
+    optimizer = PolicyOptimizer.from_settings(settings, "extractor")
+    prompt, choices = [5, 9, 13, 17], (40, 41)
+    before = _restricted(optimizer.model, prompt, choices, 1.5)
+    sample = TrainSample.from_generation(
+        prompt, [choices[0]], -1.0, temperature=1.5, allowed_token_ids=choices
+    )
+    stats = optimizer.update([sample])
+    expected_entropy = float(-(before * before.log()).sum())
+    assert stats["entropy"] == pytest.approx(expected_entropy, rel=1e-4)
+    after = _restricted(optimizer.model, prompt, choices, 1.5)
+    assert after[1] > before[1] + 0.01  # the punished choice's mass went to the other one
+
+
+def test_score_raw_entropy_is_over_the_whole_vocabulary_at_temperature_one():
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    optimizer = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=0.0), "actor")
+    prompt = [5, 9, 13, 17]
+    with torch.no_grad():
+        ids = torch.tensor([prompt])
+        logits = optimizer.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -1]
+    probs = torch.softmax(logits.double(), -1)
+    sample = TrainSample.from_generation(
+        prompt, [40], 1.0, temperature=1.5, allowed_token_ids=(40, 41)
+    )
+    stats = optimizer.update([sample])
+    assert stats["entropy"] == pytest.approx(float(-(probs * probs.log()).sum()), rel=1e-4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -93,6 +94,14 @@ def test_each_trainer_runs_two_iterations_on_two_env_families(tmp_path, algorith
     families = {k.split("/")[0] for r in records for k in r if k.endswith("/success")}
     assert families & {"MiniHack-Room-5x5-v0", "WebShop-v0"}
     assert all(0.0 <= r["success"] <= 1.0 and r["actor_wait_s"] >= 0 for r in records)
+    # The signs of collapse are logged every iteration: the share of task groups without a
+    # learning signal, and the policy entropy of every update that trained a token (a
+    # probability distribution over >= 2 tokens: between 0 and log(vocabulary)).
+    assert all(0.0 <= r["actor/zero_variance_groups"] <= 1.0 for r in records)
+    for who in ("actor", "extractor"):
+        for r in records:
+            if r.get(f"{who}/tokens"):
+                assert 0.0 < r[f"{who}/entropy"] < math.log(trainer.actor.model.config.vocab_size)
     # The actor learns unless frozen; samples with a signal exist only when a group's outcomes
     # differ, so compare against whether any update had samples.
     had_signal = any(r.get("actor/samples", 0) > 0 for r in records)

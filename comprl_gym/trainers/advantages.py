@@ -60,3 +60,23 @@ def grouped_advantages(
     for members in cells.values():
         out[members] = group_advantages(r[members], eps=eps, scale=scale)
     return out
+
+
+def zero_variance_fraction(
+    rewards: Sequence[float], groups: Sequence[Hashable], halves: Sequence[Hashable] | None = None
+) -> float:
+    """The fraction of ``(group, half)`` cells whose rewards are all equal: cells that carry
+    no learning signal (every advantage 0). A policy that stops depending on its input drives
+    it towards 1; ``nan`` without rewards.
+
+    Example:
+        >>> zero_variance_fraction([1, 1, 0, 1], groups=[0, 0, 1, 1])
+        0.5
+    """
+    keys = list(zip(groups, halves)) if halves is not None else list(groups)
+    cells: dict[Hashable, set[float]] = {}
+    for key, reward in zip(keys, rewards):
+        cells.setdefault(key, set()).add(float(reward))
+    if not cells:
+        return float("nan")
+    return sum(len(values) == 1 for values in cells.values()) / len(cells)

@@ -60,13 +60,14 @@ from comprl_gym.llm.vllm_backend import VLLMBackend
 from comprl_gym.registration import families_of
 from comprl_gym.rollouts import RolloutConfig, Trajectory, collect_rollouts
 from comprl_gym.seeding import restore_rng_state, seed_everything
+from comprl_gym.trainers.advantages import zero_variance_fraction
 from comprl_gym.trainers.background import ExperienceWorker, TimedManager, WaitClock
 from comprl_gym.trainers.checkpoint import CheckpointManager
 from comprl_gym.trainers.config import TrainConfig
 from comprl_gym.trainers.extractor import ExperienceExtractor
 from comprl_gym.trainers.lesson_formats import lesson_format_for_run
 from comprl_gym.trainers.losses import Loss
-from comprl_gym.trainers.metrics import MetricsLogger
+from comprl_gym.trainers.metrics import MetricsLogger, warn_on_collapse
 from comprl_gym.trainers.policy import PolicyOptimizer
 from comprl_gym.trainers.probing import probe_metrics
 from comprl_gym.trainers.report import compare_with_before, plot_learning_curve
@@ -595,6 +596,10 @@ class Trainer:
             record["rollout/episodes_rerun"] = sum(e.reruns for e in episodes)
         for key, value in update.items():
             record[f"actor/{key}"] = value
+        halves = [e.with_experience for e in episodes] if self.uses_experience else None
+        record["actor/zero_variance_groups"] = zero_variance_fraction(
+            rewards, [e.group for e in episodes], halves
+        )
         for env_id in sorted({e.env_id for e in episodes}):
             mine = [e for e in episodes if e.env_id == env_id]
             name = env_id.split("/")[-1]
@@ -631,6 +636,7 @@ class Trainer:
                 stats = self.extractor_stats.pop(0)
                 for key, value in stats.items():
                     record[f"extractor/{key}"] = value
+        warn_on_collapse(record, self.iteration)
         if self.memory is not None:
             record["store_size"] = len(self.manager)
             record.update(self.store_verdicts())

@@ -65,9 +65,18 @@ class ModelSettings:
     max_grad_norm: float = 1.0
     #: Sequences per forward/backward pass; gradients accumulate across micro-batches.
     micro_batch_size: int = 4
-    #: Sampling temperature of rollouts. The loss scores tokens at temperature 1, the same
-    #: unprocessed distribution whose log-probs the backends report.
+    #: Sampling temperature of rollouts. With ``score: raw`` the loss scores tokens at
+    #: temperature 1, the same unprocessed distribution whose log-probs the backends report.
     temperature: float = 1.0
+    #: Which distribution the policy-gradient loss scores. ``raw`` (the reference's and TRL's):
+    #: the unprocessed one, temperature 1 over the whole vocabulary. ``sampled``: the one the
+    #: sampler drew from, at its temperature and over only the tokens it was allowed (the stem
+    #: extractor's two choices): a negative advantage then moves probability onto the other
+    #: choice, not onto tokens that are never sampled. Old log-probs are recomputed under it.
+    score: Literal["raw", "sampled"] = "raw"
+    #: Entropy bonus: the loss minus this times the mean entropy of the scored distribution
+    #: at the trained tokens (0: none, the reference's). Every update logs that entropy.
+    entropy_coef: float = 0.0
     #: Most new tokens per generation (one action, one experience, one answer).
     max_new_tokens: int = 24
     #: LoRA settings.
@@ -103,6 +112,10 @@ class ModelSettings:
     init_weights: str = ""
 
     def __post_init__(self) -> None:
+        if self.score not in ("raw", "sampled"):
+            raise ConfigurationError(f"score must be 'raw' or 'sampled', got {self.score!r}")
+        if self.entropy_coef < 0:
+            raise ConfigurationError(f"entropy_coef must be >= 0, got {self.entropy_coef}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigurationError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"

@@ -130,6 +130,10 @@ class ExtractorGeneration:
     answer: str = ""
     rounds: int = 0
     critic_adjustment: float = 0.0
+    #: The sampling temperature, and the only tokens the sampler could draw (the stem's
+    #: choices; ``None``: any): what ``extractor.score: sampled`` scores the sample under.
+    temperature: float = 1.0
+    allowed_token_ids: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -288,6 +292,9 @@ class ExperienceExtractor:
             params = replace(params, allowed_token_ids=allowed_token_ids)
         with self.lock:
             [generation] = self.backend.generate([prompt], params)
+        if allowed_token_ids is not None:
+            # What the sampler could draw: a ``score: sampled`` update scores the same set.
+            generation.extra["allowed_token_ids"] = list(params.allowed_token_ids)
         return generation
 
     def _keep(self, generation: Any, kind: str, ids: list[int], actor_step: int, **extra: Any):
@@ -300,6 +307,8 @@ class ExperienceExtractor:
             [int(i) for i in ids],
             actor_step,
             kind=kind,
+            temperature=self.temperature,
+            allowed_token_ids=getattr(generation, "extra", {}).get("allowed_token_ids"),
             **extra,
         )
         self.pending.append(record)
@@ -566,6 +575,10 @@ class ExperienceExtractor:
                     scored.generation.completion_token_ids,
                     advantage=advantage,
                     weight=scored.weight,
+                    temperature=scored.generation.temperature,
+                    allowed_token_ids=None
+                    if scored.generation.allowed_token_ids is None
+                    else tuple(scored.generation.allowed_token_ids),
                     meta={
                         "reward": scored.reward,
                         "kind": scored.generation.kind,
@@ -644,6 +657,8 @@ class ExperienceExtractor:
         rewards = [s.meta["reward"] for _, s in ready]
         stats["reward_mean"] = sum(rewards) / len(rewards)
         stats["batch"] = len(ready)
+        # Samples whose credit equals their baseline move nothing: near 1, no signal is left.
+        stats["zero_advantage_fraction"] = sum(s.advantage == 0 for _, s in ready) / len(ready)
         for kind in ("extract", "refine", "merge", "rejected"):
             stats[f"samples_{kind}"] = sum(s.meta["kind"] == kind for _, s in ready)
         return stats

@@ -273,17 +273,7 @@ def token_logprobs(
     the gathered entries are kept, never a full ``(batch, tokens, vocab)`` log-softmax.
     """
     if positions is not None:
-        # Only the scored positions run through the LM head: a multi-turn sequence trains a
-        # few dozen of its thousands of tokens, and the head's (tokens, vocab) logits dominate
-        # memory. Entry [b, j] scores input_ids[b, positions[j] + 1].
-        logits = model(
-            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions
-        ).logits
-        if temperature != 1.0:
-            logits = logits / temperature
-        targets = input_ids[:, positions + 1].unsqueeze(-1)
-        picked = torch.gather(logits, -1, targets).squeeze(-1)
-        return picked - torch.logsumexp(logits.float(), dim=-1).to(picked.dtype)
+        return score_positions(model, input_ids, attention_mask, positions, temperature).logp
     length = input_ids.shape[1]
     if logits_to_keep is None or logits_to_keep >= length:
         logits_to_keep = length - 1
@@ -295,3 +285,60 @@ def token_logprobs(
     targets = input_ids[:, -logits_to_keep:].unsqueeze(-1)
     picked = torch.gather(logits, -1, targets).squeeze(-1)
     return picked - torch.logsumexp(logits.float(), dim=-1).to(picked.dtype)
+
+
+@dataclass
+class ScoredTokens:
+    """What :func:`score_positions` returns: each scored token's log-prob and the entropy of
+    the distribution it was scored under, both ``(batch, positions)``, with gradient."""
+
+    logp: torch.Tensor
+    entropy: torch.Tensor
+
+
+def score_positions(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+    allowed: torch.Tensor | None = None,
+) -> ScoredTokens:
+    """Log-prob of token ``positions[j] + 1`` of each row, and the entropy at that position,
+    under the model's distribution divided by ``temperature`` (a number, or one per row) and
+    restricted to ``allowed`` (a ``(batch, vocab)`` boolean mask, ``None``: every token).
+
+    Only the scored positions run through the LM head: a multi-turn sequence trains a few
+    dozen of its thousands of tokens, and the head's (tokens, vocab) logits dominate memory.
+
+    Example (one position, two allowed tokens of four, at temperature 2):
+        >>> class Fixed(torch.nn.Module):
+        ...     def forward(self, input_ids, attention_mask, logits_to_keep):
+        ...         logits = torch.tensor([[[0.0, 2.0, 4.0, 9.0]]])
+        ...         return type("Out", (), {"logits": logits})()
+        >>> ids = torch.tensor([[0, 2]])
+        >>> allowed = torch.tensor([[False, True, True, False]])
+        >>> out = score_positions(Fixed(), ids, torch.ones_like(ids), torch.tensor([0]), 2.0, allowed)
+        >>> round(out.logp.item(), 4)  # log(e^2 / (e^1 + e^2)), logits halved
+        -0.3133
+        >>> round(out.entropy.item(), 4)  # of (0.2689, 0.7311)
+        0.5822
+    """
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions
+    ).logits
+    if isinstance(temperature, torch.Tensor):
+        if not bool((temperature == 1.0).all()):
+            logits = logits / temperature.to(logits.dtype).reshape(-1, 1, 1)
+    elif temperature != 1.0:
+        logits = logits / temperature
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed[:, None, : logits.shape[-1]], float("-inf"))
+    targets = input_ids[:, positions + 1].unsqueeze(-1)
+    picked = torch.gather(logits, -1, targets).squeeze(-1)
+    log_z = torch.logsumexp(logits.float(), dim=-1)
+    logp = picked - log_z.to(picked.dtype)
+    every = logits.float() - log_z.unsqueeze(-1)
+    # Excluded tokens have probability 0 and log-prob -inf: they add 0 to the entropy.
+    entropy = -(every.exp() * every.masked_fill(torch.isinf(every), 0.0)).sum(-1)
+    return ScoredTokens(logp, entropy)

@@ -24,6 +24,50 @@ from comprl_gym.utils import atomic_write_text
 logger = logging.getLogger(__name__)
 
 
+#: Below this mean entropy (nats per trained token) an update's policy is all but
+#: deterministic at the tokens it trains: its samples no longer explore, and a policy
+#: gradient on them can no longer move it elsewhere.
+ENTROPY_FLOOR = 0.02
+#: At or above this fraction of groups with one reward the actor's batch carries almost no
+#: signal (every rollout of a task ended alike).
+ZERO_VARIANCE_CEILING = 0.9
+
+
+def collapse_warnings(record: dict[str, Any]) -> list[str]:
+    """What in one iteration's metrics says training has collapsed: an entropy under
+    :data:`ENTROPY_FLOOR` (actor or extractor, on an update that trained some token), or a
+    zero-variance fraction at :data:`ZERO_VARIANCE_CEILING` or more.
+
+    Example:
+        >>> collapse_warnings({"actor/entropy": 0.001, "actor/tokens": 12})  # doctest: +ELLIPSIS
+        ['actor policy entropy 0.001 nats per trained token (under 0.02): ...']
+        >>> collapse_warnings({"actor/entropy": 0.5, "actor/tokens": 12, "extractor/entropy": 0.0})
+        []
+    """
+    out = []
+    for who in ("actor", "extractor"):
+        entropy = record.get(f"{who}/entropy")
+        if entropy is not None and record.get(f"{who}/tokens", 0) and entropy < ENTROPY_FLOOR:
+            out.append(
+                f"{who} policy entropy {entropy:.3g} nats per trained token (under "
+                f"{ENTROPY_FLOOR}): its samples no longer explore; consider a lower lr, "
+                f"{who}.entropy_coef or {who}.score: sampled"
+            )
+    zero = record.get("actor/zero_variance_groups")
+    if zero is not None and zero == zero and zero >= ZERO_VARIANCE_CEILING:
+        out.append(
+            f"{zero:.0%} of the actor's task groups ended with one reward for every rollout: "
+            "they carry no learning signal"
+        )
+    return out
+
+
+def warn_on_collapse(record: dict[str, Any], iteration: int) -> None:
+    """Log :func:`collapse_warnings` of iteration ``iteration``'s ``record`` as warnings."""
+    for message in collapse_warnings(record):
+        logger.warning("iteration %s: %s", iteration, message)
+
+
 class MetricsLogger:
     """Append-only ``metrics.jsonl`` plus TensorBoard scalars under ``<folder>/tensorboard``.
 

@@ -36,7 +36,14 @@ from comprl_gym.core import ConfigurationError, require
 from comprl_gym.llm.devices import resolve_dtype, resolve_placement
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.trainers.config import ModelSettings
-from comprl_gym.trainers.losses import ClippedPG, Loss, token_logprobs
+from comprl_gym.trainers.losses import (
+    ClippedPG,
+    Loss,
+    ScoredTokens,
+    aggregate,
+    score_positions,
+    token_logprobs,
+)
 from comprl_gym.utils import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
@@ -54,6 +61,10 @@ class TrainSample:
             under mask 0 are ignored), or ``None`` to treat the batch as on-policy.
         weight: multiplies the advantage (the extractor's training-count-aware reweighting).
         meta: free-form bookkeeping (env id, group, half...).
+        temperature: the temperature the trained tokens were sampled at.
+        allowed_token_ids: the only tokens the sampler could draw at the trained positions
+            (the stem extractor's choices), ``None``: any. With ``score: sampled`` the loss
+            scores the trained tokens under this temperature and restriction.
     """
 
     input_ids: list[int]
@@ -62,6 +73,8 @@ class TrainSample:
     old_logprobs: list[float] | None = None
     weight: float = 1.0
     meta: dict[str, Any] = field(default_factory=dict)
+    temperature: float = 1.0
+    allowed_token_ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.input_ids) != len(self.action_mask):
@@ -328,6 +341,37 @@ class PolicyOptimizer:
         forward computes in a lower precision."""
         return self.model if self.compute_dtype == torch.float32 else _FloatLogits(self.model)
 
+    def _score(
+        self, chunk: list[TrainSample], batch: dict[str, torch.Tensor], positions: torch.Tensor
+    ) -> ScoredTokens:
+        """The chunk's tokens at ``positions`` scored as ``settings.score`` says: ``raw`` at
+        temperature 1 over every token, ``sampled`` at each sample's temperature over its
+        allowed tokens."""
+        temperature: float | torch.Tensor = 1.0
+        allowed = None
+        if self.settings.score == "sampled":
+            temperature = torch.tensor([s.temperature for s in chunk], device=self.device)
+            if any(s.allowed_token_ids for s in chunk):
+                vocab = max(
+                    len(self.tokenizer),
+                    1 + max(t for s in chunk for t in s.allowed_token_ids or (0,)),
+                )
+                vocab = max(vocab, int(self.model.config.vocab_size))
+                allowed = torch.ones((len(chunk), vocab), dtype=torch.bool, device=self.device)
+                for row, sample in enumerate(chunk):
+                    if sample.allowed_token_ids:
+                        allowed[row] = False
+                        allowed[row, list(sample.allowed_token_ids)] = True
+        with self._autocast():
+            return score_positions(
+                self._scorer(),
+                batch["input_ids"],
+                batch["attention_mask"],
+                positions,
+                temperature,
+                allowed,
+            )
+
     # ------------------------------------------------------------------ batching
     def _pad(self, samples: list[TrainSample]) -> dict[str, torch.Tensor]:
         length = max(len(s.input_ids) for s in samples)
@@ -372,10 +416,14 @@ class PolicyOptimizer:
             for begin in range(0, len(samples), micro):
                 chunk = samples[begin : begin + micro]
                 batch = self._pad(chunk)
-                with self._autocast():
-                    logp = token_logprobs(
-                        self._scorer(), batch["input_ids"], batch["attention_mask"]
-                    )
+                if self.settings.score == "raw":
+                    with self._autocast():
+                        logp = token_logprobs(
+                            self._scorer(), batch["input_ids"], batch["attention_mask"]
+                        )
+                else:
+                    every = torch.arange(batch["input_ids"].shape[1] - 1, device=self.device)
+                    logp = self._score(chunk, batch, every).logp
                 for row, sample in enumerate(chunk):
                     n = len(sample.input_ids)
                     # Entry t scores token t + 1; token 0 has no log-prob (never trained).
@@ -431,6 +479,7 @@ class PolicyOptimizer:
         micro = max(1, self.settings.micro_batch_size)
         self.optimizer.zero_grad(set_to_none=True)
         clip_sum = 0.0
+        entropy_sum = 0.0
         sequence_losses: dict[int, float] = {}  # by id(sample), where the loss reports them
         # Sort by length so micro-batches pad little.
         ordered = sorted(useful, key=lambda s: len(s.input_ids))
@@ -442,12 +491,12 @@ class PolicyOptimizer:
             positions = torch.nonzero(batch["mask"].any(dim=0)).flatten()
             for key in ("mask", "old"):
                 batch[key] = batch[key][:, positions]
-            # Temperature 1: the backends report log-probs of the unprocessed distribution.
-            with self._autocast():
-                logp = token_logprobs(
-                    self._scorer(), batch["input_ids"], batch["attention_mask"], positions=positions
-                )
-            old = torch.where(batch["has_old"], batch["old"], logp.detach())
+            scored = self._score(chunk, batch, positions)
+            logp = scored.logp
+            # ``raw``: the backends' log-probs are of this same unprocessed distribution. The
+            # sampled distribution's are not: recompute them (the batch is on-policy).
+            has_old = batch["has_old"] & (self.settings.score == "raw")
+            old = torch.where(has_old, batch["old"], logp.detach())
             loss, extra = self.loss(
                 logp,
                 old,
@@ -456,6 +505,10 @@ class PolicyOptimizer:
                 num_tokens=num_tokens,
                 num_sequences=num_sequences,
             )
+            if self.settings.entropy_coef:
+                bonus = aggregate(scored.entropy, batch["mask"], "token", num_tokens=num_tokens)
+                loss = loss - self.settings.entropy_coef * bonus
+            entropy_sum += float((scored.entropy.detach() * batch["mask"]).sum())
             clip_sum += extra.get("clip_fraction", 0.0) * float(batch["mask"].sum())
             sequence_losses.update(zip(map(id, chunk), extra.get("sequence_losses", ())))
             loss.backward()
@@ -479,6 +532,8 @@ class PolicyOptimizer:
         # A sharded model's norm is a replicated DTensor: the global norm, read as a tensor.
         stats["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         stats["clip_fraction"] = clip_sum / max(num_tokens, 1.0)
+        # The mean entropy (nats) of the scored distribution at this rank's trained tokens.
+        stats["entropy"] = entropy_sum / max(float(stats["tokens"]), 1.0)
         stats["update_time_s"] = elapsed
         stats["tokens_per_s"] = total_tokens / max(elapsed, 1e-9)
         if sequence_losses:  # in the order of the useful samples, not the sorted one

@@ -97,8 +97,8 @@ def plot_learning_curve(
     except ImportError:  # pragma: no cover - matplotlib is in the train extra
         logger.warning("matplotlib is not installed; no learning-curve plot")
         return None
-    fig, (ax_train, ax_eval) = plt.subplots(
-        1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]}
+    fig, (ax_train, ax_health, ax_eval) = plt.subplots(
+        1, 3, figsize=(15, 4), gridspec_kw={"width_ratios": [2, 1.4, 1]}
     )
     for key, label in (
         ("success", "all rollouts"),
@@ -114,6 +114,7 @@ def plot_learning_curve(
     ax_train.set_ylim(-0.02, 1.02)
     ax_train.set_title(f"{summary.get('algorithm', '')}: training rollouts")
     ax_train.legend(fontsize=8)
+    plot_training_health(ax_health, metrics)
     bars: list[tuple[str, dict[str, Any]]] = []
     env_ids = {*(summary.get("evaluation_before") or {}), *(summary.get("evaluation") or {})}
 
@@ -152,4 +153,40 @@ def plot_learning_curve(
     return path
 
 
-__all__ = ["compare_with_before", "format_results_table", "plot_learning_curve"]
+#: What the health panel draws: metric -> (label, axis). Entropy on the left axis, the
+#: zero-variance fraction on the right.
+HEALTH = {
+    "actor/entropy": ("actor entropy (nats/token)", "left"),
+    "extractor/entropy": ("extractor entropy (nats/token)", "left"),
+    "actor/zero_variance_groups": ("actor groups with one reward", "right"),
+}
+
+
+def plot_training_health(ax: Any, metrics: list[dict[str, Any]]) -> None:
+    """The signs of a collapsing learner per iteration: the actor's and the extractor's policy
+    entropy at their trained tokens, and the fraction of actor task groups whose rollouts all
+    earned one reward (no signal)."""
+    right = ax.twinx()
+    lines = []
+    for index, (key, (label, side)) in enumerate(HEALTH.items()):
+        points = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
+        if points:
+            xs, ys = zip(*points)
+            axis = ax if side == "left" else right
+            style = "o-" if side == "left" else "s--"
+            lines += axis.plot(xs, ys, style, color=f"C{index + 3}", label=label)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("entropy (nats per trained token)")
+    right.set_ylabel("fraction of groups")
+    right.set_ylim(-0.02, 1.02)
+    ax.set_title("training health", fontsize=10)
+    if lines:
+        ax.legend(lines, [line.get_label() for line in lines], fontsize=7)
+
+
+__all__ = [
+    "compare_with_before",
+    "format_results_table",
+    "plot_learning_curve",
+    "plot_training_health",
+]

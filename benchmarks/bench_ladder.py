@@ -1,0 +1,150 @@
+"""The known-answer ladder for the extractor's learner (comprl_gym.trainers.ladder), measured.
+
+Each variant is the extractor of ``configs/extractor-credit.yaml`` (SmolLM2-135M filling the
+memory family's lesson stem, LoRA r 16 on the top 8 blocks, CISPO with the ``choice``
+baseline, temperature 1.5) with the overrides it names. Every rung is climbed by the
+supervised control (cross-entropy on the target choice, the same prompts and LoRA) and by each
+RL variant with a perfect reward, for at most ``--max-updates`` updates of 16 lessons,
+evaluated every 5 updates on the 32 held-out probe episodes (greedy right, mean P(target),
+choice entropy). The result goes to ``benchmarks/results/ladder.json`` with a plot.
+
+    .venv/bin/python benchmarks/bench_ladder.py                       # every rung and variant
+    .venv/bin/python benchmarks/bench_ladder.py --rungs rule --variants supervised,sampled
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from comprl_gym.trainers.config import TrainConfig
+from comprl_gym.trainers.ladder import (
+    EXTRACTOR_RUNGS,
+    LadderPoint,
+    RungResult,
+    climb,
+    ladder_table,
+)
+from comprl_gym.utils import atomic_write_json
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "configs" / "extractor-credit.yaml"
+RESULT = REPO / "benchmarks" / "results" / "ladder.json"
+
+#: Variant name -> (learner, config overrides of the extractor).
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "supervised": ("supervised", ["extractor.lr=2e-3"]),
+    # The committed config's learner: CISPO on the unprocessed distribution, lr 2e-3.
+    "raw": ("rl", []),
+    # The same, lr 5e-4 (the perfect-credit diagnostic's).
+    "raw-lr5e-4": ("rl", ["extractor.lr=5e-4"]),
+    # Scored as sampled: temperature 1.5 over the two choices only.
+    "sampled": ("rl", ["extractor.score=sampled"]),
+    "sampled-lr5e-4": ("rl", ["extractor.score=sampled", "extractor.lr=5e-4"]),
+}
+
+
+def run(rungs: list[str], variants: list[str], max_updates: int, seed: int) -> list[RungResult]:
+    results = []
+    for rung in rungs:
+        for name in variants:
+            learner, overrides = VARIANTS[name]
+            config = TrainConfig.from_yaml(CONFIG, [f"seed={seed}", *overrides])
+            start = time.perf_counter()
+
+            def show(result: RungResult, name: str = name, start: float = start) -> None:
+                p = result.curve[-1]
+                print(
+                    f"  {result.rung} {name} update {p.updates}: greedy {p.greedy_right}/"
+                    f"{p.episodes}, P(target) {p.mean_p_target:.2f}, entropy "
+                    f"{p.mean_choice_entropy:.2f} ({time.perf_counter() - start:.0f} s)",
+                    flush=True,
+                )
+
+            result = climb(
+                rung,
+                learner,  # type: ignore[arg-type]
+                config.extractor,
+                config.experience,
+                max_updates=max_updates,
+                seed=seed,
+                progress=show,
+            )
+            result.settings["variant"] = name
+            results.append(result)
+            print(ladder_table([result]), flush=True)
+    return results
+
+
+def plot(results: list[RungResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rungs = list(dict.fromkeys(r.rung for r in results))
+    fig, axes = plt.subplots(2, len(rungs), figsize=(4.5 * len(rungs), 6.5), squeeze=False)
+    for column, rung in enumerate(rungs):
+        for result in (r for r in results if r.rung == rung):
+            xs = [p.updates for p in result.curve]
+            label = result.settings["variant"]
+            axes[0][column].plot(
+                xs, [p.greedy_right / p.episodes for p in result.curve], "o-", label=label
+            )
+            axes[1][column].plot(
+                xs, [p.mean_choice_entropy for p in result.curve], "o-", label=label
+            )
+        axes[0][column].set_title(f"{rung}: {EXTRACTOR_RUNGS[rung].asks}", fontsize=9)
+        axes[0][column].set_ylim(-0.02, 1.02)
+        axes[0][column].set_ylabel("greedy right on 32 probe episodes")
+        axes[1][column].set_ylabel("choice entropy (nats)")
+        axes[1][column].set_xlabel("updates")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rungs", default=",".join(EXTRACTOR_RUNGS))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--max-updates", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULT)
+    args = parser.parse_args(argv)
+    results = run(args.rungs.split(","), args.variants.split(","), args.max_updates, args.seed)
+    previous = json.loads(args.out.read_text())["results"] if args.out.exists() else []
+    fresh = {(r.rung, r.settings["variant"], args.seed) for r in results}
+    kept = [
+        r for r in previous if (r["rung"], r["settings"]["variant"], r.get("seed", 0)) not in fresh
+    ]
+    rows = kept + [{**r.to_dict(), "seed": args.seed} for r in results]
+    atomic_write_json(
+        args.out,
+        {
+            "config": str(CONFIG.relative_to(REPO)),
+            "variants": {k: {"learner": v[0], "overrides": v[1]} for k, v in VARIANTS.items()},
+            "eval": "32 held-out probe episodes, greedy choice and P(target) at temperature 1",
+            "results": rows,
+        },
+    )
+    everything = [
+        RungResult(
+            r["rung"],
+            r["learner"],
+            r["settings"],
+            [LadderPoint(**p) for p in r["curve"]],
+            r["time_s"],
+        )
+        for r in rows
+    ]
+    plot(everything, args.out.with_suffix(".png"))
+    print(ladder_table(everything))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

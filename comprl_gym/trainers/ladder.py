@@ -1,0 +1,357 @@
+"""The known-answer ladder: can this learner, with these settings, learn what a run asks of it?
+
+A negative result about a method counts only once its learner has passed a check whose answer
+is known. The ladder gives the extractor's learner three rungs of rising difficulty on the
+memory family, each with a **perfect reward** (+1 when the lesson names the rung's target side,
+-1 otherwise), trained by the library's own parts: the
+:class:`~comprl_gym.trainers.extractor.ExperienceExtractor` writes stem lessons about scripted
+``train`` episodes (every dungeon walked both ways), the store credits each lesson with the
+reward, and :meth:`~comprl_gym.trainers.extractor.ExperienceExtractor.update` takes the CISPO
+step with the extractor settings' credit baseline; the supervised control trains the same
+model, prompts and LoRA by cross-entropy on the target choice.
+
+* ``constant``: always the east branch (no input needed);
+* ``outcome``: east after a win, west after a loss (one bit of the episode);
+* ``rule``: the memory family's rule, the side walked if the episode was won, else the other
+  (the stairs' side: two bits, combined).
+
+A rung is scored every ``eval_every`` updates on the 32 held-out probe episodes by the model's
+own choice probabilities (no draw): how many it answers right greedily, the mean probability
+of the target and the mean entropy of its choice between the two sides. It is **solved** at the
+first evaluation where the greedy choice is right on every probe episode.
+
+Example (the tiny random model, two supervised updates of the constant rung):
+    >>> from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
+    >>> result = climb(
+    ...     "constant", "supervised", ModelSettings(model="tiny", lr=1e-2),
+    ...     ExperienceSettings(extractor_format="stem"), max_updates=2, eval_every=2,
+    ...     batch_size=4)
+    >>> [point.updates for point in result.curve], result.learner
+    ([0, 2], 'supervised')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from comprl_gym.core import ConfigurationError
+from comprl_gym.evaluation.probe import load_probe_episodes, walked
+from comprl_gym.families import LessonStem, family_spec
+from comprl_gym.rollouts import Trajectory
+from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
+from comprl_gym.trainers.lesson_formats import stem_prompt
+from comprl_gym.trainers.losses import CISPO, CrossEntropy
+from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
+
+Learner = Literal["rl", "supervised"]
+
+
+def stairs_side(episode: Trajectory) -> str:
+    """The side of a memory episode's stairs: the one walked if it was won, else the other.
+
+    Example:
+        >>> episode = load_probe_episodes("memory")[1]
+        >>> walked(episode), episode.won, stairs_side(episode)
+        ('west', False, 'east')
+    """
+    side = walked(episode)
+    return side if episode.won else {"east": "west", "west": "east"}[side]
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: its name, what it asks in words, and the side a right lesson names."""
+
+    name: str
+    asks: str
+    target: Callable[[Trajectory], str]
+
+
+#: The extractor's rungs, easiest first.
+EXTRACTOR_RUNGS: dict[str, Rung] = {
+    rung.name: rung
+    for rung in (
+        Rung("constant", "always the east branch", lambda e: "east"),
+        Rung(
+            "outcome", "east after a win, west after a loss", lambda e: "east" if e.won else "west"
+        ),
+        Rung("rule", "the side walked if won, else the other (the stairs' side)", stairs_side),
+    )
+}
+
+
+@dataclass
+class LadderPoint:
+    """A rung's evaluation after ``updates`` updates, on the probe episodes."""
+
+    updates: int
+    greedy_right: int
+    episodes: int
+    mean_p_target: float
+    mean_choice_entropy: float
+    #: The mean entropy (nats) the last update logged at its trained tokens (``None`` before
+    #: any update, or for the supervised control).
+    update_entropy: float | None = None
+    reward_mean: float | None = None
+
+
+@dataclass
+class RungResult:
+    """One learner's climb of one rung."""
+
+    rung: str
+    learner: str
+    settings: dict[str, Any]
+    curve: list[LadderPoint] = field(default_factory=list)
+    time_s: float = 0.0
+
+    @property
+    def solved_at(self) -> int | None:
+        """Updates at the first evaluation where every probe episode's greedy choice was right."""
+        return next((p.updates for p in self.curve if p.greedy_right == p.episodes), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rung": self.rung,
+            "learner": self.learner,
+            "settings": self.settings,
+            "solved_at": self.solved_at,
+            "time_s": self.time_s,
+            "curve": [dataclasses.asdict(p) for p in self.curve],
+        }
+
+
+def _stem(episode: Trajectory) -> LessonStem:
+    stem = family_spec(episode.env_family).stem_for(episode.task_id)  # type: ignore[union-attr]
+    if stem is None:
+        raise ConfigurationError(f"no lesson stem for {episode.task_id!r}")
+    return stem
+
+
+def named_side(stem: LessonStem, lesson: str) -> str | None:
+    """The side (``east``/``west``) of the stem's choice that ``lesson`` ends with, if any.
+
+    Example:
+        >>> stem = LessonStem("In the Vault the stairs are at the end of the",
+        ...                   (" east branch.", " west branch."))
+        >>> named_side(stem, stem.opening + stem.choices[1]), named_side(stem, "what?")
+        ('west', None)
+    """
+    for choice in stem.choices:
+        if lesson.endswith(choice):
+            return choice.split()[0]
+    return None
+
+
+def choice_scores(
+    optimizer: PolicyOptimizer, backend: Any, extractor_format: Any, episodes: list[Trajectory]
+) -> list[dict[str, float]]:
+    """Per episode, the model's probability of each side where the stem extractor samples
+    (temperature 1, restricted to the stem's choices), from one forward pass each."""
+    model, tokenizer = optimizer.model, optimizer.tokenizer
+    was_training = model.training
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for episode in episodes:
+            stem = _stem(episode)
+            prompt, firsts = stem_prompt(backend, extractor_format.messages(episode), stem)
+            ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").to(
+                optimizer.device
+            )
+            logits = model(**ids).logits[0, -1, firsts].double()
+            probs = torch.softmax(logits, -1).tolist()
+            out.append({c.split()[0]: p for c, p in zip(stem.choices, probs)})
+    model.train(was_training)
+    return out
+
+
+def evaluate(
+    optimizer: PolicyOptimizer,
+    backend: Any,
+    extractor_format: Any,
+    rung: Rung,
+    episodes: list[Trajectory],
+    updates: int,
+) -> LadderPoint:
+    """The rung's :class:`LadderPoint` on ``episodes`` after ``updates`` updates."""
+    scores = choice_scores(optimizer, backend, extractor_format, episodes)
+    right = p_target = entropy = 0.0
+    for episode, probs in zip(episodes, scores):
+        target = rung.target(episode)
+        right += max(probs, key=probs.get) == target
+        p_target += probs[target]
+        entropy -= sum(p * math.log(p) for p in probs.values() if p > 0)
+    n = len(episodes)
+    return LadderPoint(updates, int(right), n, p_target / n, entropy / n)
+
+
+def climb(
+    rung: str | Rung,
+    learner: Learner,
+    model: ModelSettings,
+    experience: ExperienceSettings,
+    *,
+    max_updates: int = 60,
+    eval_every: int = 5,
+    batch_size: int = 16,
+    seed: int = 0,
+    stop_when_solved: bool = True,
+    train_episodes: list[Trajectory] | None = None,
+    eval_episodes: list[Trajectory] | None = None,
+    progress: Callable[[RungResult], None] | None = None,
+) -> RungResult:
+    """Train a fresh extractor (``model``, ``experience``) on ``rung`` with ``learner`` for at
+    most ``max_updates`` updates of ``batch_size`` episodes (half won, half lost), evaluating
+    every ``eval_every`` updates on ``eval_episodes`` (default: the memory family's probe
+    episodes) and stopping at the first solved evaluation unless told otherwise.
+
+    ``rl`` is the extractor's own path: it writes each batch episode's lesson (sampling at
+    ``model.temperature``), the store credits it +1 or -1 by the rung's target, and
+    :meth:`~comprl_gym.trainers.extractor.ExperienceExtractor.update` takes its CISPO step.
+    ``supervised`` takes a cross-entropy step on the target choice of the same episodes.
+    """
+    from comprl_gym.envs.memory.probe import walked_both_ways
+    from comprl_gym.experience import ExperienceConfig, ExperienceManager
+    from comprl_gym.seeding import seed_everything
+    from comprl_gym.trainers.base import policy_backend
+    from comprl_gym.trainers.extractor import ExperienceExtractor
+
+    rung = EXTRACTOR_RUNGS[rung] if isinstance(rung, str) else rung
+    if learner not in ("rl", "supervised"):
+        raise ConfigurationError(f"learner must be 'rl' or 'supervised', got {learner!r}")
+    if experience.extractor_format != "stem":
+        experience = dataclasses.replace(experience, extractor_format="stem")
+    seed_everything(seed)
+    train = train_episodes if train_episodes is not None else walked_both_ways("train")
+    held_out = eval_episodes if eval_episodes is not None else load_probe_episodes("memory")
+    won = [e for e in train if e.won]
+    lost = [e for e in train if not e.won]
+    rng = random.Random(seed)
+    # The extractor's CISPO as the Complementary RL trainer builds it (its extractor_loss).
+    cispo = CISPO(
+        experience.cispo_eps_low,
+        experience.cispo_eps_high,
+        experience.cispo_variant,
+        experience.cispo_normalization,
+    )
+    loss = cispo if learner == "rl" else CrossEntropy()
+    optimizer = PolicyOptimizer.from_settings(model, "extractor", loss=loss)
+    backend = policy_backend(optimizer)
+    settings = {**dataclasses.asdict(model), "extractor_baseline": experience.extractor_baseline}
+    result = RungResult(rung.name, learner, settings)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="comprl-ladder-") as folder:
+        manager = ExperienceManager(folder, ExperienceConfig(diversify=False, max_entries=256))
+        extractor = ExperienceExtractor(
+            backend,
+            optimizer,
+            manager,
+            dataclasses.replace(experience, extractor_batch_size=batch_size, min_quality=0.0),
+            max_new_tokens=model.max_new_tokens,
+            temperature=model.temperature,
+            seed=seed,
+        )
+        try:
+            result.curve.append(evaluate(optimizer, backend, extractor.format, rung, held_out, 0))
+            for update in range(1, max_updates + 1):
+                batch = rng.sample(won, batch_size // 2) + rng.sample(
+                    lost, batch_size - batch_size // 2
+                )
+                if learner == "rl":
+                    stats = _reinforced_step(extractor, manager, rung, batch, update)
+                else:
+                    stats = _supervised_step(optimizer, backend, extractor.format, rung, batch)
+                if update % eval_every == 0 or update == max_updates:
+                    point = evaluate(optimizer, backend, extractor.format, rung, held_out, update)
+                    point.update_entropy = stats.get("entropy")
+                    point.reward_mean = stats.get("reward_mean")
+                    result.curve.append(point)
+                    result.time_s = time.perf_counter() - start
+                    if progress is not None:
+                        progress(result)
+                    if stop_when_solved and point.greedy_right == point.episodes:
+                        break
+        finally:
+            manager.close()
+    result.time_s = time.perf_counter() - start
+    return result
+
+
+def _reinforced_step(
+    extractor: Any, manager: Any, rung: Rung, batch: list[Trajectory], update: int
+) -> dict[str, Any]:
+    """The extractor writes a lesson about each episode, each is credited by the rung (one
+    use, won when it names the target side), and the extractor takes its update."""
+    for episode in batch:
+        stem = _stem(episode)
+        for lesson_id in extractor.write(episode, update):
+            named = named_side(stem, manager.get_one(lesson_id).text)
+            manager.report_outcome([lesson_id], won=named == rung.target(episode))
+    ready = extractor.ready_samples(update)
+    return extractor.update(ready, update) if ready else {}
+
+
+def _supervised_step(
+    optimizer: PolicyOptimizer, backend: Any, extractor_format: Any, rung: Rung, batch: list
+) -> dict[str, Any]:
+    """One cross-entropy step on the first token of each episode's target choice."""
+    samples = []
+    for episode in batch:
+        stem = _stem(episode)
+        prompt, firsts = stem_prompt(backend, extractor_format.messages(episode), stem)
+        sides = [c.split()[0] for c in stem.choices]
+        prompt_ids = optimizer.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        target = firsts[sides.index(rung.target(episode))]
+        samples.append(TrainSample.from_generation(prompt_ids, [target], advantage=1.0))
+    return optimizer.update(samples)
+
+
+def ladder_table(results: list[RungResult]) -> str:
+    """A markdown table: per rung and learner, updates to solve, the final evaluation and time.
+
+    Example:
+        >>> r = RungResult("rule", "rl", {}, [LadderPoint(0, 16, 32, 0.5, 0.69),
+        ...                                    LadderPoint(5, 32, 32, 0.9, 0.3)], 12.0)
+        >>> print(ladder_table([r]))
+        | rung | learner | solved at (updates) | greedy right (last) | P(target) (last) | choice entropy (first → last) | time |
+        | --- | --- | --- | --- | --- | --- | --- |
+        | rule | rl | 5 | 32/32 | 0.90 | 0.69 → 0.30 | 12 s |
+    """
+    lines = [
+        "| rung | learner | solved at (updates) | greedy right (last) | P(target) (last) "
+        "| choice entropy (first → last) | time |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        first, last = r.curve[0], r.curve[-1]
+        solved = "-" if r.solved_at is None else str(r.solved_at)
+        lines.append(
+            f"| {r.rung} | {r.learner} | {solved} | {last.greedy_right}/{last.episodes} "
+            f"| {last.mean_p_target:.2f} | {first.mean_choice_entropy:.2f} → "
+            f"{last.mean_choice_entropy:.2f} | {r.time_s:.0f} s |"
+        )
+    return "\n".join(lines)
+
+
+__all__ = [
+    "EXTRACTOR_RUNGS",
+    "LadderPoint",
+    "Rung",
+    "RungResult",
+    "choice_scores",
+    "climb",
+    "evaluate",
+    "ladder_table",
+    "named_side",
+    "stairs_side",
+]
