@@ -71,6 +71,7 @@ from comprl_gym.trainers.metrics import MetricsLogger, warn_on_collapse
 from comprl_gym.trainers.policy import PolicyOptimizer
 from comprl_gym.trainers.probing import probe_metrics
 from comprl_gym.trainers.report import compare_with_before, plot_learning_curve
+from comprl_gym.trainers.sensitivity import lesson_sensitivity, measures_sensitivity
 from comprl_gym.trainers.warmup import check_warmup, run_warmup
 from comprl_gym.utils import atomic_write_json, jsonable
 
@@ -636,6 +637,7 @@ class Trainer:
                 stats = self.extractor_stats.pop(0)
                 for key, value in stats.items():
                     record[f"extractor/{key}"] = value
+        record.update(self.sensitivity_metrics())
         warn_on_collapse(record, self.iteration)
         if self.memory is not None:
             record["store_size"] = len(self.manager)
@@ -668,6 +670,26 @@ class Trainer:
         if self.worker is not None:
             self.worker.drain()
         return probe_metrics(self.extractor, self.config.env_ids, self.iteration)
+
+    def sensitivity_metrics(self) -> dict[str, Any]:
+        """The actor's lesson sensitivity (:mod:`comprl_gym.trainers.sensitivity`) on the first
+        ``sensitivity_tasks`` evaluation tasks of each env whose family writes fixed lessons,
+        greedy, with the weights this iteration left (``sensitivity/*``, prefixed by the env's
+        name when the run has several such envs)."""
+        cfg = self.config
+        env_ids = [e for e in cfg.env_ids if not cfg.env_url and measures_sensitivity(e)]
+        if not cfg.sensitivity_tasks or not env_ids:
+            return {}
+        seeds = range(cfg.task_pool, cfg.task_pool + cfg.sensitivity_tasks)
+        # Greedy, and not self._agent: the rollouts' sampling seeds stay as they were.
+        agent = self.agent(seed=0, temperature=0.0)
+        record: dict[str, Any] = {}
+        for env_id in env_ids:
+            kwargs = {"max_steps": cfg.max_episode_steps, **cfg.env_kwargs.get(env_id, {})}
+            measured = lesson_sensitivity(agent, env_id, kwargs, seeds)
+            prefix = "" if len(env_ids) == 1 else f"{env_id.split('/')[-1]}/"
+            record.update({f"{prefix}{key}": value for key, value in measured.items()})
+        return record
 
     def training_tasks(self) -> dict[str, Any]:
         """What training sampled from and played (provenance): per env id its pool (reset

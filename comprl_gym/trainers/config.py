@@ -438,6 +438,12 @@ class TrainConfig:
     resume: bool = True
     #: Tasks of the final evaluation (each run with and without experience).
     eval_tasks: int = 8
+    #: Lesson sensitivity, every iteration, on this many evaluation tasks of each env whose
+    #: family writes fixed lessons (oracle, inverted, placebo; the memory family): how often
+    #: the actor's greedy first action changes when its oracle lesson is swapped for the
+    #: inversion or the placebo (``sensitivity/*`` metrics; :mod:`comprl_gym.trainers.
+    #: sensitivity`). 0 turns it off.
+    sensitivity_tasks: int = 8
     #: Also play the evaluation tasks with the untrained actor (no experience) before the first
     #: iteration: the "before training" row the final table is compared with.
     eval_before: bool = False

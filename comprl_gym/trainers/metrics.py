@@ -53,6 +53,12 @@ def collapse_warnings(record: dict[str, Any]) -> list[str]:
                 f"{ENTROPY_FLOOR}): its samples no longer explore; consider a lower lr, "
                 f"{who}.entropy_coef or {who}.score: sampled"
             )
+    for key, value in record.items():
+        if key.endswith("sensitivity/inverted") and value == 0:
+            out.append(
+                f"{key} is 0: the actor's first move is the same whatever its lesson says "
+                "(lesson-deaf)"
+            )
     zero = record.get("actor/zero_variance_groups")
     if zero is not None and zero == zero and zero >= ZERO_VARIANCE_CEILING:
         out.append(

@@ -159,6 +159,7 @@ HEALTH = {
     "actor/entropy": ("actor entropy (nats/token)", "left"),
     "extractor/entropy": ("extractor entropy (nats/token)", "left"),
     "actor/zero_variance_groups": ("actor groups with one reward", "right"),
+    "sensitivity/inverted": ("first move changed by an inverted lesson", "right"),
 }
 
 

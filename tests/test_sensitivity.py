@@ -1,0 +1,63 @@
+"""Lesson sensitivity: a reader that follows its lesson scores 1 against the inverted lesson, a
+lesson-deaf actor 0 (and the trainer warns); a training run on the memory family logs it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from test_provenance import memory_run_config, train
+
+from comprl_gym.trainers.metrics import collapse_warnings
+from comprl_gym.trainers.sensitivity import lesson_sensitivity, measures_sensitivity
+
+KWARGS = {"split": "test", "branch_length": 2, "observation_mode": "compact", "moves": "open"}
+
+
+class Deaf:
+    """Walks east whatever it is told."""
+
+    def reset(self, task, info):
+        pass
+
+    def act(self, observation, info):
+        return "east"
+
+
+class Reader:
+    """Walks the side its lesson names."""
+
+    def reset(self, task, info):
+        self.lesson = str(info.get("experiences"))
+
+    def act(self, observation, info):
+        return "east" if "east branch" in self.lesson else "west"
+
+
+def test_a_reader_is_sensitive_and_a_deaf_actor_is_not():
+    seeds = range(6)
+    assert (
+        lesson_sensitivity(Reader(), "comprl/Memory-Fork-v0", KWARGS, seeds)["sensitivity/inverted"]
+        == 1.0
+    )
+    deaf = lesson_sensitivity(Deaf(), "comprl/Memory-Fork-v0", KWARGS, seeds)
+    assert deaf == {"sensitivity/inverted": 0.0, "sensitivity/placebo": 0.0, "sensitivity/tasks": 6}
+    assert any("lesson-deaf" in w for w in collapse_warnings(deaf))
+
+
+def test_only_families_with_fixed_lessons_are_measured():
+    assert measures_sensitivity("comprl/Memory-Fork-v0")
+    assert not measures_sensitivity("comprl/MiniHack-Room-5x5-v0")
+
+
+def test_a_training_run_logs_sensitivity_every_iteration(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    config = memory_run_config(tmp_path, "grpo", iterations=2)
+    config.sensitivity_tasks = 3
+    train(config)
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    for record in records:
+        assert record["sensitivity/tasks"] == 3
+        assert record["sensitivity/inverted"] in (0.0, 1 / 3, 2 / 3, 1.0)
