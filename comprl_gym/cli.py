@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from comprl_gym.agents import make_agent
 from comprl_gym.core import printable_text
 from comprl_gym.env_factory import EnvSpec, make_env
 from comprl_gym.evaluation.eval import expand_env_ids
+from comprl_gym.families import env_pool
 from comprl_gym.registration import ENV_TABLE, markdown_table
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker
 from comprl_gym.utils import atomic_write_text, jsonable, parse_key_values
@@ -251,6 +253,10 @@ def _cmd_stream(args: argparse.Namespace) -> int:
         )
     source = args.run or args.config
     config.run = source
+    pool = env_pool(args.env, env_kwargs)
+    if pool is not None:  # say which pool is played, before the minutes it takes
+        how = "--split" if pool.chosen == "given" else "the default; --split names another"
+        print(f"{args.env}: playing pool {pool.label()} ({how})", flush=True)
     with tempfile.TemporaryDirectory(prefix="comprl-stream-") as work:
         trainer = None
         if args.run:
@@ -281,6 +287,8 @@ def _cmd_stream(args: argparse.Namespace) -> int:
             if trainer is not None:
                 trainer.close()
     print(stream_markdown(summary))
+    if pool is not None:
+        print(f"pool played: {pool.label()} (recorded in config.json and summary.json)")
     print(f"results in {args.output_dir}/ (episodes.jsonl, summary.json, summary.md, stream.png)")
     return 0
 
@@ -431,13 +439,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit status of a command whose reader closed the pipe early (``| head``): a shell's
+#: 128 + SIGPIPE, the status other tools end with there.
+CLOSED_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
+        return status
     except comprl_gym.ComprlGymError as exc:
         print(f"comprl-gym: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader left (`comprl-gym envs | head -1`): end quietly. Standard output is
+        # pointed at /dev/null so that Python's flush at exit raises no second error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return CLOSED_PIPE
 
 
 if __name__ == "__main__":

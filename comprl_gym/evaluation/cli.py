@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from tqdm import tqdm
@@ -23,7 +24,7 @@ from comprl_gym.core import ConfigurationError
 from comprl_gym.evaluation.eval import EvalConfig, expand_env_ids, run_eval, summary_markdown
 from comprl_gym.evaluation.leaderboard import build_leaderboard, write_leaderboard
 from comprl_gym.evaluation.suites import load_suite, run_suite
-from comprl_gym.utils import atomic_write_json, parse_key_values
+from comprl_gym.utils import STDOUT, atomic_write_json, parse_key_values, writes_to_stdout
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -61,6 +62,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    if args.out == STDOUT:  # three files; the Markdown is printed anyway
+        raise ConfigurationError("--out names a folder (leaderboard.md, .json, .html), not -")
     board = build_leaderboard(args.results, suite=args.suite)
     paths = write_leaderboard(board, args.out, title=args.title)
     print(paths["markdown"].read_text())
@@ -83,9 +86,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         for name in args.env_ids:
             env_ids += [name] if name in gym.registry else expand_env_ids([name])
 
+    # With the JSON on standard output (--json - or /dev/stdout) the reports people read go to
+    # standard error, so that standard output is the JSON alone.
+    messages = sys.stderr if writes_to_stdout(args.json) else sys.stdout
+
     def show(report: Any) -> None:
         lines = report.lines() + [f"  note: {note}" for note in report.notes]
-        tqdm.write("\n".join(lines))
+        tqdm.write("\n".join(lines), file=messages)
 
     reports = validate_ids(
         env_ids,
@@ -102,7 +109,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         )
     print(
         f"{len(reports) - len(failed)} of {len(reports)} id(s) passed"
-        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        file=messages,
     )
     return 1 if failed else 0
 
@@ -194,6 +202,12 @@ def add_commands(subparsers: Any) -> None:
         "--seeds", type=int, nargs="+", default=[0, 1, 2], help="episode seeds (default 0 1 2)"
     )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--json", default=None, help="also write the reports to this JSON file")
+    p.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="also write the reports to this JSON file (- for standard output; the lines "
+        "for people then go to standard error)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_validate)
