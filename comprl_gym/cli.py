@@ -25,7 +25,7 @@ from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.families import env_pool
 from comprl_gym.registration import ENV_TABLE, markdown_table
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker
-from comprl_gym.utils import atomic_write_text, jsonable, parse_key_values
+from comprl_gym.utils import ENV_ARG, atomic_write_text, jsonable, parse_key_values
 
 #: Modules that add sub-commands: each has ``add_commands(subparsers)``.
 COMMAND_MODULES = (
@@ -113,8 +113,70 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Each command's examples, shown at the end of its --help.
+EXAMPLES = {
+    "comprl-gym": """examples:
+  comprl-gym envs
+  comprl-gym run 'comprl/MiniHack-Room-*' --agent expert --episodes 5
+  comprl-gym eval comprl/Memory-Fork-v0 --agent hf:smollm2 --episodes 20 --out results/mine
+  comprl-gym train --config configs/demo.yaml""",
+    "envs": """examples:
+  comprl-gym envs
+  comprl-gym envs --family memory""",
+    "play": """examples:
+  comprl-gym play comprl/MiniHack-Room-5x5-v0
+  comprl-gym play comprl/Memory-Fork-v0 --seed 3 --env-arg split=test
+Type an action at the prompt; ? lists the allowed ones, quit ends.""",
+    "run": """examples:
+  comprl-gym run 'comprl/MiniHack-Room-*' --agent expert --episodes 5
+  comprl-gym run comprl/Memory-Fork-v0 --agent random --episodes 20""",
+    "stream": """examples:
+  comprl-gym stream --env comprl/Memory-Fork-v0 --tasks 64 --visits 3 \\
+      --arms none,oracle,placebo,exemplar --agent hf:smollm2 --output-dir results/stream
+  comprl-gym stream --env comprl/Memory-Fork-v0 --tasks 64 --visits 2 \\
+      --run runs/memory-complementary --arms none,own,oracle --output-dir results/own
+  comprl-gym stream --env comprl/Memory-Fork-v0 --split test_large --tasks 64 --visits 2 \\
+      --arms none,coin,coin_exemplar,outcome_aware,exemplar \\
+      --agent comprl_gym.envs.memory.replay:ReplayAgent --output-dir results/bounds
+  comprl-gym leaderboard results/stream results/own --out leaderboard/""",
+    "lesson": """examples:
+  comprl-gym lesson runs/demo/store 12
+  comprl-gym lesson runs/demo/store 12 --json""",
+    "eval": """examples:
+  comprl-gym eval 'comprl/MiniHack-Room-*' --agent hf:smollm2 --episodes 20 --seeds 0 1 \\
+      --out results/smollm2
+  comprl-gym eval comprl/ALFWorld-v0 --agent hf:smollm2 --out results/x --resume
+  comprl-gym eval comprl/MiniHack-Room-5x5-v0 --agent hf:smollm2 --paired-experience \\
+      --experience runs/demo/store --out results/paired
+  comprl-gym eval --suite minihack-nav@1 --agent expert --out results/expert""",
+    "suites": """examples:
+  comprl-gym suites
+  comprl-gym suites --tasks""",
+    "leaderboard": """examples:
+  comprl-gym leaderboard results/* --out leaderboard/
+  comprl-gym leaderboard results/* --suite minihack-nav@1 --out leaderboard/""",
+    "validate": """examples:
+  comprl-gym validate comprl/WebShop-v0 'comprl/MiniHack-Room-*' --seeds 0 1 2
+  comprl-gym validate --all --json validate.json
+  comprl-gym validate comprl/Memory-Fork-v0 --json - | python -m json.tool""",
+    "table": """examples:
+  comprl-gym table --method GRPO runs/grpo-0/stream runs/grpo-1/stream \\
+      --method "Complementary RL" runs/crl-0/stream runs/crl-1/stream \\
+      --versus GRPO --out results/table""",
+    "train": """examples:
+  comprl-gym train --config configs/demo.yaml
+  comprl-gym train --config configs/grpo-minihack.yaml --set actor.lr=1e-5 --output-dir runs/g""",
+    "probe": """examples:
+  comprl-gym probe --run runs/demo
+  comprl-gym probe --extractor smollm2 --family memory --out probe.json""",
+    "serve": """examples:
+  comprl-gym serve 'comprl/MiniHack-Room-*' --port 8000
+  comprl-gym serve comprl/WebShop-v0 --experience runs/demo/store --token SECRET""",
+}
+
 STREAM_HELP = """Stream held-out tasks: every task visited --visits times, once per arm (lesson source),
-every (task, visit) episode on the same reset and sampling seed in every arm.
+every (task, visit) episode on the same reset and sampling seed in every arm. On a family with
+task pools the held-out pool is played unless --split names another.
 
 Arms: none (no lessons; always run, the reference), the env family's fixed lessons (memory
 family: oracle, inverted, placebo, one per task; on Memory-Landmark-v0 also rule,
@@ -127,16 +189,6 @@ the side each episode shows), own (the --run's extractor distils each finished e
 agent is --agent (any `comprl-gym eval` spec) or the --run's trained actor; the memory
 family's scripted reader is comprl_gym.envs.memory.replay:ReplayAgent (replays a shown
 record's moves, else a shown sentence's side, else a coin).
-
-Examples:
-    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 3 \\
-        --arms none,oracle,placebo,exemplar --agent hf:smollm2 --output-dir results/stream
-    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 2 \\
-        --run runs/memory-complementary --arms none,own,oracle --output-dir results/own
-    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 2 \\
-        --arms none,coin,coin_exemplar,outcome_aware,exemplar \\
-        --agent comprl_gym.envs.memory.replay:ReplayAgent --output-dir results/bounds
-    comprl-gym leaderboard results/stream results/own --out leaderboard/
 
 Writes the folder `comprl-gym eval` writes (episodes.jsonl with arm and visit per episode,
 summary.json/.md, provenance.json) plus stream.png (success by visit per arm) and stores/.
@@ -319,27 +371,37 @@ def _cmd_lesson(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="comprl-gym", description=comprl_gym.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="comprl-gym",
+        description="Train and evaluate LLM agents that learn from experience. "
+        "`comprl-gym COMMAND --help` shows each command's options and examples.",
+        epilog=EXAMPLES["comprl-gym"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=comprl_gym.__version__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("envs", help="list the registered ids")
-    p.add_argument("--family", choices=sorted({e.family for e in ENV_TABLE.values()}))
+    p.add_argument(
+        "--family",
+        choices=sorted({e.family for e in ENV_TABLE.values()}),
+        help="only the ids of this family",
+    )
     p.add_argument("--markdown", action="store_true", help="print the README table")
     p.set_defaults(func=_cmd_envs)
 
     p = sub.add_parser("play", help="play an env yourself in the terminal")
-    p.add_argument("env_id")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("env_id", help="the id to play (see `comprl-gym envs`)")
+    p.add_argument("--seed", type=int, default=0, help="the reset seed: which task (default 0)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
     p.set_defaults(func=_cmd_play)
 
     p = sub.add_parser("run", help="play ids with a scripted agent and print a results table")
     p.add_argument("env_ids", nargs="+", help="ids or patterns such as 'comprl/MiniHack-*'")
     p.add_argument("--agent", default="expert", help="random | expert | module:Class")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--episodes", type=int, default=10, help="episodes per id (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="episode I is reset(seed=SEED+I)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser(
@@ -350,12 +412,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--env", required=True, metavar="ID", help="the env id")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
     p.add_argument(
         "--split",
         default=None,
-        help="the held-out pool, passed as the env's split argument (memory family: test, "
-        "test_large; sealed only for issue 44's pre-registered final table)",
+        help="the pool to play, passed as the env's split argument. Default: the family's "
+        "held-out pool (memory: test; the others are test_large, sealed, and train, the "
+        "training pool); the pool played is printed and recorded in config.json",
     )
     p.add_argument(
         "--tasks", type=int, required=True, help="held-out tasks: reset seeds 0..N-1 of the pool"
@@ -416,12 +479,14 @@ def build_parser() -> argparse.ArgumentParser:
         "against its placebo, e.g. own:coin",
     )
     p.add_argument("--output-dir", "--out", required=True, help="the run folder (new)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_stream)
 
     p = sub.add_parser(
         "lesson",
         help="a lesson's history: where it came from, what it was merged into, its uses and wins",
+        description="Show one lesson of an experience store: its text, where it came from, "
+        "what it was merged into, and its uses and wins.",
     )
     p.add_argument("store_dir", help="the experience store folder")
     p.add_argument("id", type=int, help="the lesson's id")
@@ -436,6 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.add_commands(sub)
+    for name, command in sub.choices.items():
+        # Every command's help ends with examples a user can copy (tests/test_cli_help.py).
+        command.epilog = EXAMPLES[name]
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 

@@ -133,6 +133,11 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+#: The ``--env-arg KEY=VALUE`` help (read by :func:`parse_key_values`), one wording for every
+#: command that takes it.
+ENV_ARG = "an argument of the env's constructor (repeatable), e.g. max_steps=30 or split=test"
+
+
 def parse_key_values(pairs: list[str], flag: str = "--env-arg") -> dict[str, Any]:
     """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``; values are JSON when they parse as JSON.
 
