@@ -63,7 +63,7 @@ from conftest import REPO_ROOT
 from comprl_gym.cli import build_parser
 from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.evaluation.provenance import portable_path
-from comprl_gym.evaluation.suites import load_suite
+from comprl_gym.evaluation.suites import SUITES_DIR, load_suite
 from comprl_gym.evaluation.validate import CHECKS as VALIDATE_CHECKS
 from comprl_gym.trainers import TRAINERS, TrainConfig
 
@@ -794,7 +794,14 @@ CHECKS = {
     "train": check_train,
     "validate": check_validate,
     "stream": check_stream,
+    "suites": check_suites,
 }
+
+
+def check_suites(shrunk, proc, work):
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
+    assert listed == sorted(p.stem for p in (SUITES_DIR).glob("*@*.json"))
 
 
 def is_help(command: Command) -> bool:
@@ -987,6 +994,10 @@ def test_readme_python_blocks_run_as_one_script(work):
     folder.mkdir()
     proc = run_python(["-c", "\n".join(blocks)], folder)
     assert re.search(r"^won: True in \d+ steps$", proc.stdout, flags=re.M)
+    # The Experience block: the lesson was injected, answered the question, and the won
+    # episode counted as its one use and one win.
+    assert "the staircase down is at the end of the" in proc.stdout
+    assert "won: True | lesson uses: 1 wins: 1" in proc.stdout
     assert (folder / "runs" / "bank").is_dir()
     assert (folder / "bank" / "manifest.json").exists()  # the export is complete
 
