@@ -784,6 +784,12 @@ def check_serve(shrunk, health, work):
     assert health["env_ids"] == served
 
 
+def check_suites(shrunk, proc, work):
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
+    assert listed == sorted(p.stem for p in (SUITES_DIR).glob("*@*.json"))
+
+
 CHECKS = {
     "serve": check_serve,
     "envs": check_envs,
@@ -796,12 +802,6 @@ CHECKS = {
     "stream": check_stream,
     "suites": check_suites,
 }
-
-
-def check_suites(shrunk, proc, work):
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    listed = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
-    assert listed == sorted(p.stem for p in (SUITES_DIR).glob("*@*.json"))
 
 
 def is_help(command: Command) -> bool:
