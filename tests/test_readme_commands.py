@@ -1,6 +1,7 @@
 """The README's and the docs pages' commands, run as a user would, at tiny sizes (issues 19, 45).
 
-The test reads README.md and every page under docs/ (one text, ``DOCUMENTED``): every command
+The test reads README.md and every page under docs/ but the tutorials (one text,
+``DOCUMENTED``; tests/test_tutorials.py runs the tutorials' blocks as written): every command
 line of their ``bash`` blocks and every inline `` `comprl-gym ...` `` span is a case, the agent
 specs their prose documents are cases, a ``comprl-gym ... --help`` runs and must print its
 usage, and the README's ``python`` blocks run as one script (the docs pages' snippets are
@@ -68,9 +69,15 @@ from comprl_gym.evaluation.validate import CHECKS as VALIDATE_CHECKS
 from comprl_gym.trainers import TRAINERS, TrainConfig
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-#: The README and every docs page, one text: where commands, specs and tables are read.
+#: The README and every docs page, one text: where commands, specs and tables are read. The
+#: tutorials are not: their blocks run as written, unshrunk (tests/test_tutorials.py).
 DOCUMENTED = "\n".join(
-    [README] + [p.read_text(encoding="utf-8") for p in sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    [README]
+    + [
+        p.read_text(encoding="utf-8")
+        for p in sorted((REPO_ROOT / "docs").rglob("*.md"))
+        if "tutorials" not in p.relative_to(REPO_ROOT / "docs").parts
+    ]
 )
 SLOW = pytest.mark.slow
 
