@@ -201,7 +201,7 @@ def check_agent(outputs: list[str], folder: Path) -> None:
 
 
 def check_experience(outputs: list[str], folder: Path) -> None:
-    added, injected, answered, first, played, exported = outputs
+    added, injected, answered, first, played, exported, listed = outputs
     assert (
         len(
             re.findall(
@@ -221,6 +221,19 @@ def check_experience(outputs: list[str], folder: Path) -> None:
     assert "'manifest.json'" in exported and "'experiences.jsonl'" in exported
     assert len(re.findall(r"^\d -> \d: uses \d, wins \d: In the ", exported, re.M)) == 3
     assert "1 -> 1: uses 2, wins 1" in exported
+    # the bank's three lessons, then the one used twice, then lesson 1's full text
+    rows = re.findall(r"^ *(\d+) +(\d+) +(\d+) +active +memory +In the ", listed, re.M)
+    assert rows == [
+        ("1", "2", "1"),
+        ("2", "2", "2"),
+        ("3", "2", "2"),
+        ("1", "2", "1"),
+        ("2", "2", "2"),
+        ("3", "2", "2"),
+    ]
+    assert "3 of 3 lessons shown (3 active)" in listed
+    assert re.search(r"^lesson 1: .* \(active\)\n  text:\n    ## Title: ", listed, re.M)
+    assert "the staircase down is at the end of the" in listed.split("lesson 1:")[1]
 
 
 def check_train(outputs: list[str], folder: Path) -> None:
