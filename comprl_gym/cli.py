@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,14 @@ from comprl_gym.agents import make_agent
 from comprl_gym.core import printable_text
 from comprl_gym.env_factory import EnvSpec, make_env
 from comprl_gym.evaluation.eval import expand_env_ids
+from comprl_gym.families import env_pool
 from comprl_gym.registration import ENV_TABLE, markdown_table
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker
-from comprl_gym.utils import atomic_write_text, jsonable, parse_key_values
+from comprl_gym.utils import ENV_ARG, atomic_write_text, jsonable, parse_key_values
+
+#: A lesson's statuses (``comprl_gym.experience.records.STATUSES``, named here so that the
+#: command line loads without the experience extra; tests/test_lessons_cli.py compares them).
+LESSON_STATUSES = ("active", "merged", "dropped", "expired")
 
 #: Modules that add sub-commands: each has ``add_commands(subparsers)``.
 COMMAND_MODULES = (
@@ -111,8 +117,74 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Each command's examples, shown at the end of its --help.
+EXAMPLES = {
+    "comprl-gym": """examples:
+  comprl-gym envs
+  comprl-gym run 'comprl/MiniHack-Room-*' --agent expert --episodes 5
+  comprl-gym eval comprl/Memory-Fork-v0 --agent hf:smollm2 --episodes 20 --out results/mine
+  comprl-gym train --config configs/demo.yaml""",
+    "envs": """examples:
+  comprl-gym envs
+  comprl-gym envs --family memory""",
+    "play": """examples:
+  comprl-gym play comprl/MiniHack-Room-5x5-v0
+  comprl-gym play comprl/Memory-Fork-v0 --seed 3 --env-arg split=test
+Type an action at the prompt; ? lists the allowed ones, quit ends.""",
+    "run": """examples:
+  comprl-gym run 'comprl/MiniHack-Room-*' --agent expert --episodes 5
+  comprl-gym run comprl/Memory-Fork-v0 --agent random --episodes 20""",
+    "stream": """examples:
+  comprl-gym stream --env comprl/Memory-Fork-v0 --tasks 64 --visits 3 \\
+      --arms none,oracle,placebo,exemplar --agent hf:smollm2 --output-dir results/stream
+  comprl-gym stream --env comprl/Memory-Fork-v0 --tasks 64 --visits 2 \\
+      --run runs/memory-complementary --arms none,own,oracle --output-dir results/own
+  comprl-gym stream --env comprl/Memory-Fork-v0 --split test_large --tasks 64 --visits 2 \\
+      --arms none,coin,coin_exemplar,outcome_aware,exemplar \\
+      --agent comprl_gym.envs.memory.replay:ReplayAgent --output-dir results/bounds
+  comprl-gym leaderboard results/stream results/own --out leaderboard/""",
+    "lessons": """examples:
+  comprl-gym lessons runs/demo/experience
+  comprl-gym lessons runs/demo/experience --status active --min-uses 2 --limit 20
+  comprl-gym lessons bank/ --family memory --json""",
+    "lesson": """examples:
+  comprl-gym lesson runs/demo/experience 12
+  comprl-gym lesson bank/ 12 --json""",
+    "eval": """examples:
+  comprl-gym eval 'comprl/MiniHack-Room-*' --agent hf:smollm2 --episodes 20 --seeds 0 1 \\
+      --out results/smollm2
+  comprl-gym eval comprl/ALFWorld-v0 --agent hf:smollm2 --out results/x --resume
+  comprl-gym eval comprl/MiniHack-Room-5x5-v0 --agent hf:smollm2 --paired-experience \\
+      --experience runs/demo/store --out results/paired
+  comprl-gym eval --suite minihack-nav@1 --agent expert --out results/expert""",
+    "suites": """examples:
+  comprl-gym suites
+  comprl-gym suites --tasks""",
+    "leaderboard": """examples:
+  comprl-gym leaderboard results/* --out leaderboard/
+  comprl-gym leaderboard results/* --suite minihack-nav@1 --out leaderboard/""",
+    "validate": """examples:
+  comprl-gym validate comprl/WebShop-v0 'comprl/MiniHack-Room-*' --seeds 0 1 2
+  comprl-gym validate --all --json validate.json
+  comprl-gym validate comprl/Memory-Fork-v0 --json - | python -m json.tool""",
+    "table": """examples:
+  comprl-gym table --method GRPO runs/grpo-0/stream runs/grpo-1/stream \\
+      --method "Complementary RL" runs/crl-0/stream runs/crl-1/stream \\
+      --versus GRPO --out results/table""",
+    "train": """examples:
+  comprl-gym train --config configs/demo.yaml
+  comprl-gym train --config configs/grpo-minihack.yaml --set actor.lr=1e-5 --output-dir runs/g""",
+    "probe": """examples:
+  comprl-gym probe --run runs/demo
+  comprl-gym probe --extractor smollm2 --family memory --out probe.json""",
+    "serve": """examples:
+  comprl-gym serve 'comprl/MiniHack-Room-*' --port 8000
+  comprl-gym serve comprl/WebShop-v0 --experience runs/demo/store --token SECRET""",
+}
+
 STREAM_HELP = """Stream held-out tasks: every task visited --visits times, once per arm (lesson source),
-every (task, visit) episode on the same reset and sampling seed in every arm.
+every (task, visit) episode on the same reset and sampling seed in every arm. On a family with
+task pools the held-out pool is played unless --split names another.
 
 Arms: none (no lessons; always run, the reference), the env family's fixed lessons (memory
 family: oracle, inverted, placebo, one per task; on Memory-Landmark-v0 also rule,
@@ -125,16 +197,6 @@ the side each episode shows), own (the --run's extractor distils each finished e
 agent is --agent (any `comprl-gym eval` spec) or the --run's trained actor; the memory
 family's scripted reader is comprl_gym.envs.memory.replay:ReplayAgent (replays a shown
 record's moves, else a shown sentence's side, else a coin).
-
-Examples:
-    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 3 \\
-        --arms none,oracle,placebo,exemplar --agent hf:smollm2 --output-dir results/stream
-    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 2 \\
-        --run runs/memory-complementary --arms none,own,oracle --output-dir results/own
-    comprl-gym stream --env comprl/Memory-Fork-v0 --split test --tasks 64 --visits 2 \\
-        --arms none,coin,coin_exemplar,outcome_aware,exemplar \\
-        --agent comprl_gym.envs.memory.replay:ReplayAgent --output-dir results/bounds
-    comprl-gym leaderboard results/stream results/own --out leaderboard/
 
 Writes the folder `comprl-gym eval` writes (episodes.jsonl with arm and visit per episode,
 summary.json/.md, provenance.json) plus stream.png (success by visit per arm) and stores/.
@@ -251,6 +313,10 @@ def _cmd_stream(args: argparse.Namespace) -> int:
         )
     source = args.run or args.config
     config.run = source
+    pool = env_pool(args.env, env_kwargs)
+    if pool is not None:  # say which pool is played, before the minutes it takes
+        how = "--split" if pool.chosen == "given" else "the default; --split names another"
+        print(f"{args.env}: playing pool {pool.label()} ({how})", flush=True)
     with tempfile.TemporaryDirectory(prefix="comprl-stream-") as work:
         trainer = None
         if args.run:
@@ -281,27 +347,37 @@ def _cmd_stream(args: argparse.Namespace) -> int:
             if trainer is not None:
                 trainer.close()
     print(stream_markdown(summary))
+    if pool is not None:
+        print(f"pool played: {pool.label()} (recorded in config.json and summary.json)")
     print(f"results in {args.output_dir}/ (episodes.jsonl, summary.json, summary.md, stream.png)")
     return 0
 
 
 def _cmd_lesson(args: argparse.Namespace) -> int:
-    """``comprl-gym lesson STORE_DIR ID``: one lesson's history from the store's revision log."""
+    """``comprl-gym lesson FOLDER ID``: one lesson's full text and history (a store's revision
+    log; an exported bank keeps the lesson's provenance and tallies only)."""
     import json
 
     from comprl_gym.experience.database import DB_NAME, ExperienceDatabase
-    from comprl_gym.experience.lineage import format_history, lesson_history
+    from comprl_gym.experience.lineage import (
+        BANK,
+        bank_history,
+        format_history,
+        lesson_history,
+        read_lessons,
+        store_kind,
+    )
 
-    path = Path(args.store_dir) / DB_NAME
-    if not path.is_file():
-        raise comprl_gym.ConfigurationError(
-            f"{args.store_dir} holds no experience store ({DB_NAME})"
-        )
-    database = ExperienceDatabase(path, quick_check=False)
-    try:
-        history = lesson_history(database, args.id)
-    finally:
-        database.close()
+    if store_kind(args.store_dir) == BANK:
+        _, lessons = read_lessons(args.store_dir)
+        found = [e for e in lessons if e.id == args.id]
+        history = bank_history(found[0]) if found else None
+    else:
+        database = ExperienceDatabase(Path(args.store_dir) / DB_NAME, quick_check=False)
+        try:
+            history = lesson_history(database, args.id)
+        finally:
+            database.close()
     if history is None:
         raise comprl_gym.ConfigurationError(
             f"no lesson {args.id} in {args.store_dir} (no row and no kept revision names it)"
@@ -310,28 +386,54 @@ def _cmd_lesson(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lessons(args: argparse.Namespace) -> int:
+    """``comprl-gym lessons FOLDER``: the lessons of a store or an exported bank, filtered."""
+    from comprl_gym.experience.lineage import filter_lessons, format_lessons, read_lessons
+
+    if args.limit is not None and args.limit < 1:
+        raise comprl_gym.ConfigurationError("--limit must be at least 1")
+    _, lessons = read_lessons(args.store_dir)
+    shown = filter_lessons(lessons, args.family, args.status, args.min_uses, args.limit)
+    if args.json:
+        for lesson in shown:
+            print(lesson.to_json())
+    else:
+        print(format_lessons(shown, lessons))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="comprl-gym", description=comprl_gym.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="comprl-gym",
+        description="Train and evaluate LLM agents that learn from experience. "
+        "`comprl-gym COMMAND --help` shows each command's options and examples.",
+        epilog=EXAMPLES["comprl-gym"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=comprl_gym.__version__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("envs", help="list the registered ids")
-    p.add_argument("--family", choices=sorted({e.family for e in ENV_TABLE.values()}))
+    p.add_argument(
+        "--family",
+        choices=sorted({e.family for e in ENV_TABLE.values()}),
+        help="only the ids of this family",
+    )
     p.add_argument("--markdown", action="store_true", help="print the README table")
     p.set_defaults(func=_cmd_envs)
 
     p = sub.add_parser("play", help="play an env yourself in the terminal")
-    p.add_argument("env_id")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("env_id", help="the id to play (see `comprl-gym envs`)")
+    p.add_argument("--seed", type=int, default=0, help="the reset seed: which task (default 0)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
     p.set_defaults(func=_cmd_play)
 
     p = sub.add_parser("run", help="play ids with a scripted agent and print a results table")
     p.add_argument("env_ids", nargs="+", help="ids or patterns such as 'comprl/MiniHack-*'")
     p.add_argument("--agent", default="expert", help="random | expert | module:Class")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--episodes", type=int, default=10, help="episodes per id (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="episode I is reset(seed=SEED+I)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser(
@@ -342,12 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--env", required=True, metavar="ID", help="the env id")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
     p.add_argument(
         "--split",
         default=None,
-        help="the held-out pool, passed as the env's split argument (memory family: test, "
-        "test_large; sealed only for issue 44's pre-registered final table)",
+        help="the pool to play, passed as the env's split argument. Default: the family's "
+        "held-out pool (memory: test; the others are test_large, sealed, and train, the "
+        "training pool); the pool played is printed and recorded in config.json",
     )
     p.add_argument(
         "--tasks", type=int, required=True, help="held-out tasks: reset seeds 0..N-1 of the pool"
@@ -408,15 +511,49 @@ def build_parser() -> argparse.ArgumentParser:
         "against its placebo, e.g. own:coin",
     )
     p.add_argument("--output-dir", "--out", required=True, help="the run folder (new)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_stream)
 
     p = sub.add_parser(
-        "lesson",
-        help="a lesson's history: where it came from, what it was merged into, its uses and wins",
+        "lessons",
+        help="list the lessons of an experience store or an exported bank: id, uses, wins, "
+        "status, family, title",
+        description="List the lessons of an experience store (a training run's experience/ "
+        "folder, an eval's --experience) or of an exported bank, by id, every status unless "
+        "--status names one. Reads the files only: no embedding model is loaded. "
+        "`comprl-gym lesson FOLDER ID` shows one lesson's full text and history.",
     )
-    p.add_argument("store_dir", help="the experience store folder")
-    p.add_argument("id", type=int, help="the lesson's id")
+    p.add_argument("store_dir", metavar="FOLDER", help="a store folder or an exported bank")
+    p.add_argument(
+        "--family",
+        default=None,
+        help="only the lessons of this env family (memory, minihack, ...); '' for family-less ones",
+    )
+    p.add_argument(
+        "--status",
+        choices=LESSON_STATUSES,
+        default=None,
+        help="only the lessons with this status (default: every status)",
+    )
+    p.add_argument(
+        "--min-uses", type=int, default=0, help="only the lessons shown at least this many times"
+    )
+    p.add_argument("--limit", type=int, default=None, help="show at most this many (by id)")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per lesson, every field, no table"
+    )
+    p.set_defaults(func=_cmd_lessons)
+
+    p = sub.add_parser(
+        "lesson",
+        help="one lesson: its full text, where it came from, what it was merged into, its uses "
+        "and wins",
+        description="Show one lesson of an experience store or an exported bank: its full "
+        "text, where it came from, what it was merged into, and its uses and wins (a bank "
+        "keeps no revision log: its lessons show their provenance and tallies only).",
+    )
+    p.add_argument("store_dir", metavar="FOLDER", help="a store folder or an exported bank")
+    p.add_argument("id", type=int, help="the lesson's id (`comprl-gym lessons FOLDER` lists them)")
     p.add_argument("--json", action="store_true", help="print the history as JSON")
     p.set_defaults(func=_cmd_lesson)
 
@@ -428,16 +565,33 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.add_commands(sub)
+    for name, command in sub.choices.items():
+        # Every command's help ends with examples a user can copy (tests/test_cli_help.py).
+        command.epilog = EXAMPLES[name]
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+#: The exit status of a command whose reader closed the pipe early (``| head``): a shell's
+#: 128 + SIGPIPE, the status other tools end with there.
+CLOSED_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
+        return status
     except comprl_gym.ComprlGymError as exc:
         print(f"comprl-gym: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader left (`comprl-gym envs | head -1`): end quietly. Standard output is
+        # pointed at /dev/null so that Python's flush at exit raises no second error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return CLOSED_PIPE
 
 
 if __name__ == "__main__":

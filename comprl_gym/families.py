@@ -171,6 +171,10 @@ class FamilySpec:
         validation: what ``comprl-gym validate`` is told about the family's ids.
         validation_by_id: the profiles of ids that differ from :attr:`validation` (replacing
             it), e.g. fixed layouts whose seeds do not vary.
+        held_out_split: the held-out pool (the env's ``split`` argument) a stream or an
+            evaluation plays when none is named; empty: the family has no pools.
+        training_split: the pool training draws from, which the env plays when no ``split``
+            is given to it (a run that recorded no split played it).
     """
 
     name: str
@@ -192,6 +196,8 @@ class FamilySpec:
     missing_data: str = ""
     validation: ValidationProfile = field(default_factory=ValidationProfile)
     validation_by_id: Mapping[str, ValidationProfile] = field(default_factory=dict)
+    held_out_split: str = ""
+    training_split: str = ""
 
     def stem_for(self, task_id: str) -> LessonStem | None:
         """The stem of a lesson about ``task_id`` (:attr:`lesson_stem`), or ``None``."""
@@ -252,6 +258,76 @@ class FamilySpec:
             raise ConfigurationError(f"family {self.name!r} lists ids of another family: {strays}")
         entries = tuple(replace(e, family=self.name) for e in self.entries)
         object.__setattr__(self, "entries", entries)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The task pool a run plays: its ``split``, whether it is held out from training, and
+    whether it was ``"given"`` (a ``split`` argument) or the family's held-out ``"default"``.
+    """
+
+    split: str
+    held_out: bool
+    chosen: str
+
+    def label(self) -> str:
+        """``test (held out)`` or ``train (training pool)``."""
+        return f"{self.split} ({'held out' if self.held_out else 'training pool'})"
+
+
+def env_pool(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> Pool | None:
+    """The pool ``env_id`` plays with ``env_kwargs`` once :func:`held_out_kwargs` has chosen
+    it; ``None`` for a family without pools.
+
+    Example:
+        >>> env_pool("comprl/Memory-Fork-v0", {"split": "train"})
+        Pool(split='train', held_out=False, chosen='given')
+        >>> env_pool("comprl/Memory-Fork-v0", {}).label()
+        'test (held out)'
+        >>> env_pool("comprl/MiniHack-Room-5x5-v0", {}) is None
+        True
+    """
+    spec = _family_of(env_id)
+    if spec is None or not spec.held_out_split:
+        return None
+    given = (env_kwargs or {}).get("split")
+    split = str(given) if given is not None else spec.held_out_split
+    return Pool(split, split != spec.training_split, "given" if given is not None else "default")
+
+
+def recorded_pool(env_id: str, env_kwargs: Mapping[str, Any] | None) -> Pool | None:
+    """The pool a finished run played, from the ``env_kwargs`` it recorded: without a
+    ``split`` there, the env's own default, the training pool (runs before held-out defaults
+    recorded none)."""
+    spec = _family_of(env_id)
+    if spec is None or not spec.held_out_split:
+        return None
+    given = (env_kwargs or {}).get("split")
+    split = str(given) if given is not None else spec.training_split
+    return Pool(split, split != spec.training_split, "given" if given is not None else "env")
+
+
+def held_out_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``env_kwargs`` with the family's held-out pool as ``split`` where none is named: an
+    evaluation measures what was not trained on unless told otherwise.
+
+    Example:
+        >>> held_out_kwargs("comprl/Memory-Fork-v0", {"moves": "open"})
+        {'moves': 'open', 'split': 'test'}
+        >>> held_out_kwargs("comprl/Memory-Fork-v0", {"split": "train"})
+        {'split': 'train'}
+    """
+    pool = env_pool(env_id, env_kwargs)
+    if pool is None or "split" in env_kwargs:
+        return dict(env_kwargs)
+    return {**env_kwargs, "split": pool.split}
+
+
+def _family_of(env_id: str) -> FamilySpec | None:
+    for spec in family_specs().values():
+        if any(entry.env_id == env_id for entry in spec.entries):
+            return spec
+    return None
 
 
 def first_observations(env: Any, seeds: Iterable[int]) -> str:

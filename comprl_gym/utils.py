@@ -6,9 +6,11 @@ import contextlib
 import fcntl
 import hashlib
 import importlib
+import io
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +32,37 @@ def cache_dir(*parts: str) -> Path:
     return path
 
 
+#: The path that means standard output wherever a command takes an output file.
+STDOUT = "-"
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
+
+    Only a regular file (or nothing) is replaced. ``-`` is standard output. A symbolic link is
+    followed: the file it names is replaced and the link stays a link. Anything else that
+    exists (``/dev/stdout``, a pipe, a terminal) is written in place, since renaming over it
+    would replace the device with a file (as root) or fail; a folder is refused.
+
+    Example:
+        >>> atomic_write_bytes("-", b"to standard output\\n")
+        to standard output
+    """
+    if os.fspath(path) == STDOUT:
+        _write_stdout(data)
+        return
     path = Path(path)
+    if path.is_dir():
+        from comprl_gym.core import ConfigurationError  # core imports gymnasium: only here
+
+        raise ConfigurationError(f"{path} is a folder: name a file to write, or - for stdout")
+    if path.exists() and not path.is_file():
+        # A device or a pipe, through any links (/dev/stdout -> /proc/self/fd/1 -> a pipe,
+        # whose resolved name is no path): opened by the name given, written where it is.
+        with open(path, "wb") as handle:
+            handle.write(data)
+        return
+    path = Path(os.path.realpath(path))  # a link's target, so the link is never replaced
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -44,6 +74,36 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_stdout(data: bytes) -> None:
+    """``data`` on standard output, after what was printed before it."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a text-only stream (a test's capture)
+        sys.stdout.write(data.decode("utf-8"))
+    else:
+        buffer.write(data)
+    sys.stdout.flush()
+
+
+def writes_to_stdout(path: str | os.PathLike[str] | None) -> bool:
+    """Whether writing ``path`` lands on this process's standard output (``-``,
+    ``/dev/stdout``, or the file or pipe standard output is): a command then prints its
+    messages to standard error, so that standard output holds only what was asked for.
+
+    Example:
+        >>> writes_to_stdout("-"), writes_to_stdout(None)
+        (True, False)
+    """
+    if path is None:
+        return False
+    if os.fspath(path) == STDOUT:
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -71,6 +131,11 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+#: The ``--env-arg KEY=VALUE`` help (read by :func:`parse_key_values`), one wording for every
+#: command that takes it.
+ENV_ARG = "an argument of the env's constructor (repeatable), e.g. max_steps=30 or split=test"
 
 
 def parse_key_values(pairs: list[str], flag: str = "--env-arg") -> dict[str, Any]:

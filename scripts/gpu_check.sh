@@ -6,7 +6,7 @@
 # sits on the device in the resolved dtype before and after training, that every logged loss is
 # finite and that the actor's weights changed (and the extractor's, when it took a step); it
 # reports tokens/s of the updates and of generation and the peak device memory, and writes them
-# to runs/gpu_check/<device>.json. Exit status 0 only when every check passed.
+# to runs/gpu_check/<device>/result.json. Exit status 0 only when every check passed.
 #
 #   bash scripts/gpu_check.sh                 # on CUDA (install first: bash scripts/install.sh --gpu)
 #   bash scripts/gpu_check.sh --device cpu    # the CPU rehearsal (GPU_CHECK_DEVICE=cpu works too)

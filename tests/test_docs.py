@@ -164,7 +164,7 @@ def test_the_exemplar_gain_splits_by_earlier_wins():
 
 
 def test_the_demos_quoted_counts_are_its_files_and_dungeons():
-    """The README's demo paragraph quotes three counts no interval check covers: the training
+    """The demo page's reading quotes three counts no interval check covers: the training
     lessons' wrong side (``store/memory/wrong`` of the last iteration in ``demo.json``), the
     east-walking lesson-free forks (``first_moves_without_lessons``), and how many of the 32
     streamed dungeons lie east (the env's reset seeds 0..31 of ``test``, sides by the family)."""
@@ -173,18 +173,22 @@ def test_the_demos_quoted_counts_are_its_files_and_dungeons():
     from comprl_gym.envs.memory import dungeon
 
     demo = update_docs.result("demo.json")
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join((DOCS / "results" / "demo.md").read_text(encoding="utf-8").split())
     last = demo["training"][-1]
-    wrong, lessons = (int(n) for n in re.search(r"wrong side in (\d+) of its (\d+)", text).groups())
+    wrong, lessons = (
+        int(n) for n in re.search(r"(\d+) of (\d+) by iteration 3", text).groups()
+    )
     assert (wrong, lessons) == (
         last["store/memory/wrong"],
         sum(last[f"store/memory/{k}"] for k in ("right", "wrong", "both", "neither", "no_task")),
     )
-    east, forks = (int(n) for n in re.search(r"walks east at (\d+) of (\d+)", text).groups())
+    east, forks = (
+        int(n) for n in re.search(r"walks east at the fork in (\d+) of (\d+)", text).groups()
+    )
     moves = demo["first_moves_without_lessons"]["after"]
     assert (east, forks) == (moves["east"], moves["east"] + moves["west"])
     lie_east, streamed = (
-        int(n) for n in re.search(r"(\d+) of the (\d+) dungeons lie", text).groups()
+        int(n) for n in re.search(r"(\d+) of the (\d+) held-out dungeons lie", text).groups()
     )
     stream = demo["after"]["stream"]
     assert streamed == stream["tasks"]
@@ -242,8 +246,21 @@ def test_every_relative_link_of_the_readme_exists():
 
 
 def test_the_readme_is_a_guide():
+    """A guide, not a results page: short, no results table, one link for the results, the
+    two set-up commands exactly."""
     text = README.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 250
+    assert len(text.splitlines()) <= 150
     assert not re.search(r"\(20\d\d-\d\d-\d\d\)", text), "a dated result narrative"
-    for section in ("## Quickstart", "## Train", "## Evaluate", "## Results at a glance"):
+    assert "<!-- generated:" not in text and not re.search(r"^\|.*\|$", text, flags=re.M)
+    for section in ("## Install", "## Quickstart", "## Experience", "## Train", "## Evaluate"):
         assert section in text, section
+    assert "(docs/results/index.md)" in text
+    [setup] = [b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "make" in b]
+    assert [line.split()[:2] for line in setup.splitlines()] == [["make", "demo"], ["make", "test"]]
+
+
+def test_no_user_page_names_an_issue_number():
+    """The docs speak of the library; the project's issue tracker is not the reader's."""
+    for page in _pages():
+        found = re.search(r"\bissues? \d+", page.read_text(encoding="utf-8"), flags=re.I)
+        assert not found, f"{page.relative_to(REPO_ROOT)}: {found.group()}"

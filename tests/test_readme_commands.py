@@ -1,6 +1,7 @@
 """The README's and the docs pages' commands, run as a user would, at tiny sizes (issues 19, 45).
 
-The test reads README.md and every page under docs/ (one text, ``DOCUMENTED``): every command
+The test reads README.md and every page under docs/ but the tutorials (one text,
+``DOCUMENTED``; tests/test_tutorials.py runs the tutorials' blocks as written): every command
 line of their ``bash`` blocks and every inline `` `comprl-gym ...` `` span is a case, the agent
 specs their prose documents are cases, a ``comprl-gym ... --help`` runs and must print its
 usage, and the README's ``python`` blocks run as one script (the docs pages' snippets are
@@ -63,14 +64,20 @@ from conftest import REPO_ROOT
 from comprl_gym.cli import build_parser
 from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.evaluation.provenance import portable_path
-from comprl_gym.evaluation.suites import load_suite
+from comprl_gym.evaluation.suites import SUITES_DIR, load_suite
 from comprl_gym.evaluation.validate import CHECKS as VALIDATE_CHECKS
 from comprl_gym.trainers import TRAINERS, TrainConfig
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-#: The README and every docs page, one text: where commands, specs and tables are read.
+#: The README and every docs page, one text: where commands, specs and tables are read. The
+#: tutorials are not: their blocks run as written, unshrunk (tests/test_tutorials.py).
 DOCUMENTED = "\n".join(
-    [README] + [p.read_text(encoding="utf-8") for p in sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    [README]
+    + [
+        p.read_text(encoding="utf-8")
+        for p in sorted((REPO_ROOT / "docs").rglob("*.md"))
+        if "tutorials" not in p.relative_to(REPO_ROOT / "docs").parts
+    ]
 )
 SLOW = pytest.mark.slow
 
@@ -784,6 +791,12 @@ def check_serve(shrunk, health, work):
     assert health["env_ids"] == served
 
 
+def check_suites(shrunk, proc, work):
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
+    assert listed == sorted(p.stem for p in (SUITES_DIR).glob("*@*.json"))
+
+
 CHECKS = {
     "serve": check_serve,
     "envs": check_envs,
@@ -794,6 +807,7 @@ CHECKS = {
     "train": check_train,
     "validate": check_validate,
     "stream": check_stream,
+    "suites": check_suites,
 }
 
 
@@ -987,6 +1001,10 @@ def test_readme_python_blocks_run_as_one_script(work):
     folder.mkdir()
     proc = run_python(["-c", "\n".join(blocks)], folder)
     assert re.search(r"^won: True in \d+ steps$", proc.stdout, flags=re.M)
+    # The Experience block: the lesson was injected, answered the question, and the won
+    # episode counted as its one use and one win.
+    assert "the staircase down is at the end of the" in proc.stdout
+    assert "won: True | lesson uses: 1 wins: 1" in proc.stdout
     assert (folder / "runs" / "bank").is_dir()
     assert (folder / "bank" / "manifest.json").exists()  # the export is complete
 

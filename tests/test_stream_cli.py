@@ -268,3 +268,49 @@ def test_versus_and_a_run_source_are_checked_before_anything_is_played(tmp_path,
     assert main(both) == 2
     assert "not both" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_without_split_a_stream_plays_the_held_out_pool_says_so_and_records_it(tmp_path, capsys):
+    """No --split: the dungeons played are the test pool's (the family's held-out pool, named
+    by :func:`comprl_gym.envs.memory.pool`), never the training pool the env defaults to."""
+    out = tmp_path / "default-pool"
+    argv = ["stream", "--env", "comprl/Memory-Fork-v0", "--tasks", "3", "--visits", "1"]
+    argv += ["--agent", f"{__name__}:EastUnlessTold", "--output-dir", str(out), "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "playing pool test (held out)" in printed and "pool played: test (held out)" in printed
+    played = {r["task_id"] for r in _records(out)}
+    assert played == {dungeon(index).task_id("fork") for index in list(pool("test"))[:3]}
+    config = json.loads((out / "config.json").read_text())
+    assert config["config"]["env_kwargs"]["split"] == "test"
+    assert config["pool"] == {"split": "test", "held_out": True, "chosen": "default"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stream"]["pool"]["split"] == "test"
+
+
+def test_the_leaderboard_ranks_a_training_pool_stream_apart_and_shows_each_pool(tmp_path, capsys):
+    folders = {}
+    for name, extra in (("held", []), ("trained-on", ["--split", "train"])):
+        folders[name] = tmp_path / name
+        argv = ["stream", "--env", "comprl/Memory-Fork-v0", "--tasks", "2", "--visits", "1"]
+        argv += ["--agent", f"{__name__}:EastUnlessTold", "--no-progress", *extra]
+        assert main([*argv, "--output-dir", str(folders[name])]) == 0
+    capsys.readouterr()
+    board_dir = tmp_path / "board"
+    assert main(["leaderboard", *map(str, folders.values()), "--out", str(board_dir)]) == 0
+    board = json.loads((board_dir / "leaderboard.json").read_text())
+    rows = {row["folder"]: row for row in board["rows"]}
+    held, trained = rows[str(folders["held"])], rows[str(folders["trained-on"])]
+    assert held["pool"] == "test (held out)" and trained["pool"] == "train (training pool)"
+    assert held["group"] != trained["group"] and "training pool" in trained["group"]
+    assert trained["rank"] == 1  # first of its own group: never ranked among held-out rows
+    assert "| train (training pool) |" in (board_dir / "leaderboard.md").read_text()
+    # A run folder written before pools were recorded, without a split: the env's default,
+    # the training pool.
+    old = json.loads((folders["held"] / "config.json").read_text())
+    del old["pool"]
+    del old["config"]["env_kwargs"]["split"]
+    (folders["held"] / "config.json").write_text(json.dumps(old))
+    assert main(["leaderboard", str(folders["held"]), "--out", str(board_dir)]) == 0
+    board = json.loads((board_dir / "leaderboard.json").read_text())
+    assert board["rows"][0]["pool"] == "train (training pool)"

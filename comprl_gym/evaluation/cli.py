@@ -1,4 +1,4 @@
-"""``comprl-gym eval`` and ``comprl-gym leaderboard`` (added to the main command).
+"""``comprl-gym eval``, ``leaderboard``, ``validate`` and ``suites`` (added to the main command).
 
 Example:
     comprl-gym eval 'comprl/MiniHack-Room-*' --agent hf:smollm2 --episodes 20 --seeds 0 1 \\
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from tqdm import tqdm
@@ -23,7 +24,7 @@ from comprl_gym.core import ConfigurationError
 from comprl_gym.evaluation.eval import EvalConfig, expand_env_ids, run_eval, summary_markdown
 from comprl_gym.evaluation.leaderboard import build_leaderboard, write_leaderboard
 from comprl_gym.evaluation.suites import load_suite, run_suite
-from comprl_gym.utils import atomic_write_json, parse_key_values
+from comprl_gym.utils import ENV_ARG, STDOUT, atomic_write_json, parse_key_values, writes_to_stdout
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -61,6 +62,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    if args.out == STDOUT:  # three files; the Markdown is printed anyway
+        raise ConfigurationError("--out names a folder (leaderboard.md, .json, .html), not -")
     board = build_leaderboard(args.results, suite=args.suite)
     paths = write_leaderboard(board, args.out, title=args.title)
     print(paths["markdown"].read_text())
@@ -83,9 +86,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         for name in args.env_ids:
             env_ids += [name] if name in gym.registry else expand_env_ids([name])
 
+    # With the JSON on standard output (--json - or /dev/stdout) the reports people read go to
+    # standard error, so that standard output is the JSON alone.
+    messages = sys.stderr if writes_to_stdout(args.json) else sys.stdout
+
     def show(report: Any) -> None:
         lines = report.lines() + [f"  note: {note}" for note in report.notes]
-        tqdm.write("\n".join(lines))
+        tqdm.write("\n".join(lines), file=messages)
 
     reports = validate_ids(
         env_ids,
@@ -102,9 +109,26 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         )
     print(
         f"{len(reports) - len(failed)} of {len(reports)} id(s) passed"
-        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        file=messages,
     )
     return 1 if failed else 0
+
+
+def _cmd_suites(args: argparse.Namespace) -> int:
+    """One line per pinned suite: its key, episodes, tasks (with pools), what it is."""
+    from comprl_gym.evaluation.suites import load_suite, suite_keys
+    from comprl_gym.families import env_pool
+
+    for key in suite_keys():
+        suite = load_suite(key)
+        print(f"{key}  {suite.episodes} episodes  {suite.description}")
+        if args.tasks:
+            for task in suite.tasks:
+                pool = env_pool(task.env_id, task.env_kwargs)
+                where = f", pool {pool.label()}" if pool else ""
+                print(f"    {task.name}: {task.env_id}, {len(task.seeds)} seeds{where}")
+    return 0
 
 
 def add_commands(subparsers: Any) -> None:
@@ -113,8 +137,9 @@ def add_commands(subparsers: Any) -> None:
         "eval",
         help="evaluate an agent on env ids: per-episode JSONL, summary with 95%% intervals "
         "(Wilson for success)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Play an agent on env ids (or a pinned suite) and write a results folder: "
+        "episodes.jsonl, summary.json and summary.md with 95% intervals. A family with task "
+        "pools plays its held-out pool unless --env-arg split=... names another.",
     )
     p.add_argument("env_ids", nargs="*", help="ids or patterns such as 'comprl/MiniHack-*'")
     p.add_argument(
@@ -122,7 +147,8 @@ def add_commands(subparsers: Any) -> None:
         default=None,
         metavar="NAME@VERSION",
         help="a versioned suite instead of env ids (it pins ids, arguments, step limits and "
-        "task seeds; only --env-arg data_dir=/sandbox= may be added); see README, Benchmarks",
+        "task seeds; only --env-arg data_dir=/sandbox= may be added); `comprl-gym suites` "
+        "lists them",
     )
     p.add_argument(
         "--agent",
@@ -143,7 +169,7 @@ def add_commands(subparsers: Any) -> None:
         "--parallel", type=int, default=8, help="episodes at once per env id (one generation call)"
     )
     p.add_argument("--max-steps", type=int, default=None, help="env step limit")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
     p.add_argument("--task-seed-offset", type=int, default=0, help="task I is reset(seed=OFFSET+I)")
     p.add_argument(
         "--paired-experience",
@@ -153,23 +179,32 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument(
         "--experience", default=None, help="experience store folder (for --paired-experience)"
     )
-    p.add_argument("--inject-top-k", type=int, default=3)
-    p.add_argument("--search-budget", type=int, default=2)
+    p.add_argument(
+        "--inject-top-k", type=int, default=3, help="lessons shown per episode (default 3)"
+    )
+    p.add_argument(
+        "--search-budget",
+        type=int,
+        default=2,
+        help="search_and_ask actions answered per episode (default 2)",
+    )
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument(
         "--keep-tokens", action="store_true", help="keep token ids/logprobs in episodes.jsonl"
     )
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     p.set_defaults(func=_cmd_eval)
 
     p = subparsers.add_parser(
         "leaderboard",
         help="turn eval result folders into one table (Markdown, JSON, HTML)",
+        description="Rank eval and stream result folders in one table. Rows are ranked only "
+        "within a suite version, and a run on a training pool only among such runs.",
     )
     p.add_argument("results", nargs="+", help="eval result folders")
     p.add_argument("--out", required=True, help="folder for leaderboard.md / .json / .html")
-    p.add_argument("--title", default="comprl-gym leaderboard")
+    p.add_argument("--title", default="comprl-gym leaderboard", help="the page's heading")
     p.add_argument(
         "--suite",
         default=None,
@@ -179,21 +214,39 @@ def add_commands(subparsers: Any) -> None:
     )
     p.set_defaults(func=_cmd_leaderboard)
 
-    from comprl_gym.evaluation import validate
-
     p = subparsers.add_parser(
         "validate",
         help="check that env ids keep the contract: check_env, expert, no-op, random, "
         "determinism, bad actions, leaks, printable text",
-        description=validate.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Check that env ids keep the contract before anyone benchmarks them: "
+        "gymnasium's env checker, the expert wins, doing nothing and acting at random do "
+        "not, the same seed replays the same episode, bad actions never raise, no "
+        "observation leaks the answer, every observation is printable text. Each failed "
+        "check is one line of the report; the command exits 1 if any failed.",
     )
     p.add_argument("env_ids", nargs="*", help="ids or patterns such as 'comprl/MiniHack-*'")
     p.add_argument("--all", action="store_true", help="every registered id")
     p.add_argument(
         "--seeds", type=int, nargs="+", default=[0, 1, 2], help="episode seeds (default 0 1 2)"
     )
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--json", default=None, help="also write the reports to this JSON file")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
+    p.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="also write the reports to this JSON file (- for standard output; the lines "
+        "for people then go to standard error)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_validate)
+
+    p = subparsers.add_parser(
+        "suites",
+        help="list the pinned suites `comprl-gym eval --suite` plays",
+        description="List the pinned, versioned suites: each pins its env ids, arguments, "
+        "step limits and task seeds, so that runs of one suite version are comparable.",
+    )
+    p.add_argument(
+        "--tasks", action="store_true", help="also list each suite's tasks and their pools"
+    )
+    p.set_defaults(func=_cmd_suites)

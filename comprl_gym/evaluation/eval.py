@@ -61,6 +61,7 @@ from comprl_gym.evaluation.stats import (
     seed_summary,
 )
 from comprl_gym.experience import ExperienceManager
+from comprl_gym.families import env_pool, held_out_kwargs
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker, Trajectory, append_jsonl
 from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
@@ -243,7 +244,8 @@ def _make_env(env_id: str, config: EvalConfig, condition: str, manager: Any) -> 
         experience = ExperienceSpec(
             config.inject_top_k, config.search_budget, report_outcomes=False
         )
-    kwargs = {**config.env_kwargs, "max_steps": config.max_steps}
+    # A family with pools plays its held-out pool unless --env-arg split=... names one.
+    kwargs = held_out_kwargs(env_id, {**config.env_kwargs, "max_steps": config.max_steps})
     return make_env(EnvSpec.of(env_id, kwargs, experience=experience), manager=manager)
 
 
@@ -387,7 +389,17 @@ def run_eval(config: EvalConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         config_path,
-        {"identity": config.identity(), "config": jsonable(asdict(config)), "env_ids": env_ids},
+        {
+            "identity": config.identity(),
+            "config": jsonable(asdict(config)),
+            "env_ids": env_ids,
+            # the pool each id plays (its family's held-out one unless a split was given)
+            "pools": {
+                env_id: asdict(pool)
+                for env_id in env_ids
+                if (pool := env_pool(env_id, config.env_kwargs)) is not None
+            },
+        },
     )
 
     done = {r["key"] for r in load_episodes(out)} if config.resume else set()

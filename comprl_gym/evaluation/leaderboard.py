@@ -54,7 +54,7 @@ from comprl_gym.evaluation.stats import (
     seed_summary,
 )
 from comprl_gym.evaluation.streaming import streaming_summary
-from comprl_gym.families import family_spec, family_specs
+from comprl_gym.families import Pool, family_spec, family_specs, recorded_pool
 from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
 
 #: Episodes per run embedded in the HTML viewer, and characters per text field.
@@ -115,6 +115,7 @@ def build_leaderboard(
                 config = {}
         provenance = _run_provenance(folder, config)
         run_suite = provenance.get("suite") or {}
+        pools = run_pools(config)
         if suite is not None:
             why = _refusal(folder.name, run_suite, suite)
             if why:
@@ -141,7 +142,10 @@ def build_leaderboard(
                 "folder": str(folder),
                 "suite": run_suite.get("key"),
                 "suite_hash": run_suite.get("hash"),
-                "group": _group_label(run_suite),
+                # a run on a training pool is ranked apart: it is not a held-out result
+                "group": _group_label(run_suite)
+                + ("" if all(p.held_out for p in pools) else TRAINING_GROUP),
+                "pool": ", ".join(sorted({p.label() for p in pools})) or "–",
                 "episodes_expected": run_suite.get("episodes_expected"),
                 "agent_provenance": provenance.get("agent") or {"spec": agent},
                 "finished_at": provenance.get("finished_at", ""),
@@ -202,6 +206,34 @@ def build_leaderboard(
         "refused": refused,
         "notices": notices,
     }
+
+
+TRAINING_GROUP = ", training pool"
+
+
+def run_pools(config: dict[str, Any]) -> list[Pool]:
+    """The pools a run folder's ``config.json`` says it played (empty: no family with pools).
+
+    Runs written before pools were recorded name none: they played their ``split``
+    argument, or without one the env's training pool (:func:`~comprl_gym.families.
+    recorded_pool`).
+
+    Example:
+        >>> run_pools({"kind": "stream", "env_ids": ["comprl/Memory-Fork-v0"],
+        ...            "config": {"env_kwargs": {}}})
+        [Pool(split='train', held_out=False, chosen='env')]
+    """
+    if config.get("pools"):  # an eval or a suite: one pool per id or pinned task
+        return [Pool(**pool) for pool in config["pools"].values()]
+    if config.get("pool"):  # a stream
+        return [Pool(**config["pool"])]
+    kwargs = (config.get("config") or {}).get("env_kwargs")
+    if kwargs is None:
+        kwargs = (config.get("identity") or {}).get("env_kwargs") or {}
+    if config.get("suite"):  # a suite pins each task's split: read nothing into its top level
+        return []
+    pools = [recorded_pool(env_id, kwargs) for env_id in config.get("env_ids") or []]
+    return [pool for pool in pools if pool is not None]
 
 
 def _run_id(folder: str, condition: str, streamed: bool) -> str:
@@ -356,12 +388,12 @@ def leaderboard_markdown(board: dict[str, Any], title: str = "comprl-gym leaderb
     lines.append(
         "| rank | run | agent | "
         + " | ".join(board["labels"][f] for f in fams)
-        + " | overall | episodes | steps | tokens/episode | suite | flags |"
+        + " | overall | episodes | steps | tokens/episode | pool | suite | flags |"
     )
     lines.append(
         "| --- | --- | --- | "
         + " | ".join("---" for _ in fams)
-        + " | --- | --- | --- | --- | --- | --- |"
+        + " | --- | --- | --- | --- | --- | --- | --- |"
     )
     for r in board["rows"]:
         cells = [_ci(r["families"].get(f)) for f in fams]
@@ -369,7 +401,8 @@ def leaderboard_markdown(board: dict[str, Any], title: str = "comprl-gym leaderb
             f"| {r['rank']} | {r['run']} | `{r['agent']}` | "
             + " | ".join(cells)
             + f" | {_ci(r['success'])} | {r['episodes']} | {r['steps_mean']:.1f} | "
-            f"{r['tokens_mean']:.0f} | {r['group']} | {', '.join(r['flags'])} |"
+            f"{r['tokens_mean']:.0f} | {r.get('pool', '–')} | {r['group']} | "
+            f"{', '.join(r['flags'])} |"
         )
     if len(board.get("groups", [])) > 1:
         lines.append("\nRanks count within a suite group (suite version and content hash).")

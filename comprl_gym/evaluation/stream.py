@@ -78,7 +78,13 @@ from comprl_gym.evaluation.streaming import (
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager
 from comprl_gym.experience.memories import MEMORIES, ExemplarMemory, memory_named
-from comprl_gym.families import FamilySpec, family_spec, verdict_counts
+from comprl_gym.families import (
+    FamilySpec,
+    env_pool,
+    family_spec,
+    held_out_kwargs,
+    verdict_counts,
+)
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import Trajectory, append_jsonl
 from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
@@ -102,7 +108,9 @@ class StreamConfig:
         tasks: held-out tasks: reset seeds ``0..tasks-1``.
         visits: visits to each task.
         arms: lesson sources (see the module docstring); ``none`` is added first if missing.
-        env_kwargs: ``gym.make`` arguments (``split`` chooses the memory family's pool).
+        env_kwargs: ``gym.make`` arguments; ``split`` chooses the pool of a family with pools,
+            which is its held-out pool when none is named (:func:`~comprl_gym.families.
+            held_out_kwargs`).
         max_steps: the env's step limit (``None``: its default).
         seed: the base of every episode's sampling seed.
         inject_top_k: lessons shown per episode.
@@ -295,6 +303,10 @@ def run_stream(
         )
     family = env_family(config)
     check_arms(config, family, own is not None)
+    # A family with pools streams its held-out pool unless a split is named; the split is
+    # then in env_kwargs, so config.json and the summary record the pool played.
+    pool = env_pool(config.env_id, config.env_kwargs)
+    config.env_kwargs = held_out_kwargs(config.env_id, config.env_kwargs)
     spec = config.env_spec()
     if agent is None:
         agent = spec_agent(config.agent, spec, config.seed)
@@ -306,6 +318,7 @@ def run_stream(
             "identity": {"agent": config.agent},
             "config": jsonable(asdict(config)),
             "env_ids": [config.env_id],
+            "pool": asdict(pool) if pool else None,
         },
     )
     arms = build_arms(config, family, own, out / STORES)
@@ -340,6 +353,7 @@ def run_stream(
         "arms": config.arms,
         "seed": config.seed,
         "run": config.run,
+        "pool": asdict(pool) if pool else None,
     }
     summary["streaming"] = streaming_summary(records)
     if config.versus:

@@ -36,7 +36,7 @@ import gymnasium as gym
 
 from comprl_gym.core import ConfigurationError, DataError
 from comprl_gym.evaluation import eval as evaluation
-from comprl_gym.families import FamilySpec, family_spec
+from comprl_gym.families import FamilySpec, env_pool, family_spec
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.utils import atomic_write_json, atomic_write_text, json_sha256, jsonable
 
@@ -302,6 +302,12 @@ def run_suite(config: Any) -> dict[str, Any]:
             "config": jsonable(asdict(config)),
             "env_ids": sorted({t.env_id for t in suite.tasks}),
             "suite": record,
+            # each pinned task's pool, by task name (the leaderboard shows them)
+            "pools": {
+                task.name: asdict(pool)
+                for task in suite.tasks
+                if (pool := env_pool(task.env_id, task.env_kwargs)) is not None
+            },
         },
     )
     summary = evaluation.summarize(merged, paired=config.paired_experience)

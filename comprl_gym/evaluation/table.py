@@ -50,7 +50,7 @@ from typing import Any
 
 from comprl_gym.core import ConfigurationError, DataError
 from comprl_gym.evaluation.streaming import compare_runs, streaming_summary
-from comprl_gym.utils import atomic_write_bytes
+from comprl_gym.utils import STDOUT, atomic_write_bytes
 
 #: The arms a row reports: no lessons, the run's own store, the benchmark's oracle lesson, and
 #: the family's scripted ceiling of any extractor (the memory family's ``outcome_aware``).
@@ -458,6 +458,8 @@ def write_table(
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
+    if args.out == STDOUT:  # three files, a plot among them: no one stream holds them
+        raise ConfigurationError("--out names a stem (it writes STEM.json, .md and .png), not -")
     methods: dict[str, list[Run]] = {}
     for name, *paths in args.method:
         if not paths:

@@ -15,7 +15,7 @@ import argparse
 import os
 
 from comprl_gym.evaluation.eval import expand_env_ids
-from comprl_gym.utils import parse_key_values
+from comprl_gym.utils import ENV_ARG, parse_key_values
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("env_ids", nargs="+", help="ids or patterns such as 'comprl/MiniHack-*'")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     p.add_argument("--max-sessions", type=int, default=16, help="concurrent sessions at most")
     p.add_argument(
         "--idle-timeout",
@@ -69,7 +69,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="require 'Authorization: Bearer TOKEN' (or set COMPRL_GYM_SERVE_TOKEN)",
     )
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG)
     p.add_argument(
         "--experience",
         default=None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +99,10 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from comprl_gym.evaluation.provenance import model_weights
     from comprl_gym.families import family_specs
     from comprl_gym.trainers.probing import ExtractorWriter, probe_reports, probed_families
-    from comprl_gym.utils import atomic_write_json, jsonable
+    from comprl_gym.utils import atomic_write_json, jsonable, writes_to_stdout
+
+    # The JSON alone on standard output when it goes there (--out -): the tables to stderr.
+    messages = sys.stderr if writes_to_stdout(args.out) else sys.stdout
 
     if not args.run and not args.extractor:
         raise ConfigurationError("probe needs --run DIR or --extractor MODEL (or both)")
@@ -125,11 +129,14 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         reports = [probe_reports(writer, [family], name=name)[family] for name, writer in writers]
         results["families"][family] = [report.to_dict() for report in reports]
         episodes = len(reports[0].verdicts)
-        print(f"\n{family}: {episodes} probe episodes (P(right | outcome), 95% Wilson interval)\n")
-        print(probe_table(reports))
+        print(
+            f"\n{family}: {episodes} probe episodes (P(right | outcome), 95% Wilson interval)\n",
+            file=messages,
+        )
+        print(probe_table(reports), file=messages)
     if args.out:
         atomic_write_json(args.out, jsonable(results))
-        print(f"\nreports with every lesson: {args.out}")
+        print(f"\nreports with every lesson: {args.out}", file=messages)
     return 0
 
 
@@ -171,7 +178,12 @@ def add_commands(subparsers: Any) -> None:
         default=[],
         help="a family to probe (repeatable; default: the run's, else every family that can)",
     )
-    p.add_argument("--out", help="write the reports, every lesson included, to this JSON file")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the reports, every lesson included, to this JSON file (- for standard "
+        "output; the tables then go to standard error)",
+    )
     p.set_defaults(func=_cmd_probe)
 
 

@@ -64,6 +64,9 @@ SPEC = FamilySpec(
     suite_content="comprl_gym.envs.alfworld.benchmarking:suite_content",
     suite_engines=("alfworld", "textworld"),
     missing_data="comprl_gym.envs.alfworld.benchmarking:missing_data",
+    # ALFRED's unseen scenes: the out-of-distribution pool the paper reports
+    held_out_split="valid_unseen",
+    training_split="train",
 )
 
 # The env loads textworld and Fast Downward: import it on first use.

@@ -107,6 +107,9 @@ SPEC = FamilySpec(
     validation=ValidationProfile(solution_texts=benchmarking.solution_texts),
     probe_episodes="comprl_gym.envs.memory.probe:probe_episodes",
     reading_examples="comprl_gym.envs.memory.lessons:reading_examples",
+    # test: the 64 development dungeons (test_large and sealed are the larger held-out pools)
+    held_out_split="test",
+    training_split="train",
 )
 
 # The env imports nle: load it on first use so listing the family stays light.

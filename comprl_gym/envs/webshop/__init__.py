@@ -38,6 +38,9 @@ SPEC = FamilySpec(
     suite_content="comprl_gym.envs.webshop.benchmarking:suite_content",
     suite_engines=("bm25s", "spacy"),
     validation=ValidationProfile(solution_texts=benchmarking.solution_texts),
+    # the original's goal ranges: test 0..499, valid 500..1499, train the rest
+    held_out_split="test",
+    training_split="train",
 )
 
 # The env loads the catalog, bm25s and spaCy: import it on first use.
