@@ -89,6 +89,51 @@ def test_fifo_cap_evicts_the_oldest_in_the_writing_transaction(tmp_path):
     manager.close()
 
 
+def test_the_first_eviction_of_a_stores_life_warns_once_and_is_counted(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="comprl_gym.experience.store")
+    manager = open_manager(tmp_path / "s", max_entries=3)
+    for i in range(3):
+        add_one(manager, i)
+    assert caplog.records == [] and manager.stats()["evicted"] == 0  # full, nothing dropped
+    add_one(manager, 3)  # 4 writes into 3 slots: the first eviction of the store's life
+    [warning] = caplog.records
+    assert warning.levelname == "WARNING"
+    assert "max_entries=3" in warning.getMessage() and "eviction_policy='fifo'" in (
+        warning.getMessage()
+    )
+    add_one(manager, 4)
+    assert len(caplog.records) == 1  # one warning, not one per eviction
+    stats = manager.stats()
+    assert (stats["evicted"], stats["max_entries"], stats["eviction_policy"]) == (2, 3, "fifo")
+    manager.close()
+    # The count lives in the database: a reopened store goes on counting, still quiet.
+    manager = open_manager(tmp_path / "s", max_entries=3)
+    add_one(manager, 5)
+    assert manager.stats()["evicted"] == 3 and len(caplog.records) == 1
+    # A cleanup that evicts (a lowered cap) counts too; the evict revisions agree.
+    manager.close()
+    manager = open_manager(tmp_path / "s", max_entries=1)
+    assert manager.cleanup(dry_run=False).evicted and manager.stats()["evicted"] == 5
+    assert sum(r["kind"] == "evict" for r in manager.revisions()) == 5
+    manager.close()
+
+
+def test_a_store_that_evicted_before_the_counter_counts_its_evict_revisions(tmp_path, caplog):
+    manager = open_manager(tmp_path / "s", max_entries=2)
+    for i in range(4):
+        add_one(manager, i)
+    manager.close()
+    # An older store had no counter: drop it, as such a store would be.
+    with sqlite3.connect(tmp_path / "s" / "experiences.sqlite3") as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'evicted_total'")
+    caplog.clear()  # the first life's warning
+    manager = open_manager(tmp_path / "s", max_entries=2)
+    assert manager.stats()["evicted"] == 2
+    add_one(manager, 4)
+    assert manager.stats()["evicted"] == 3 and caplog.records == []  # it had evicted before
+    manager.close()
+
+
 def test_usefulness_policy_evicts_the_lowest_posterior_win_rate_untried_at_the_prior(tmp_path):
     manager = open_manager(tmp_path / "s", max_entries=3, eviction_policy="usefulness")
     a, b, c = (add_one(manager, i) for i in range(3))

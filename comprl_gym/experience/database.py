@@ -638,6 +638,12 @@ class ExperienceDatabase:
         )
         return int(row[0]) if row else 0
 
+    def count_revisions(self, kind: str) -> int:
+        """How many kept revisions are of ``kind`` (read on the writer: an open transaction's
+        own revisions count)."""
+        row = self.writer.execute("SELECT count(*) FROM revisions WHERE kind = ?", (kind,))
+        return int(row.fetchone()[0])
+
     def revisions(self, experience_id: int | None = None, since: int = 0) -> list[dict[str, Any]]:
         """The kept revisions after ``since``, oldest first (one lesson's when ``experience_id``
         is given): ``{"rev", "at", "kind", "experience_id", "detail"}``."""

@@ -538,9 +538,16 @@ class ExperienceManager:
             return self.store.check_consistency()
 
     def stats(self) -> dict[str, Any]:
+        """Retrieval batching and cache counters, and the store's cap: ``evicted`` (lessons
+        evicted over the store's life), ``max_entries`` and ``eviction_policy``."""
         batches = max(1, self.batch_stats["batches"])
+        with self._lock.read():
+            evicted = self.store.evicted_count()
         return {
             **self.batch_stats,
+            "evicted": evicted,
+            "max_entries": self.config.max_entries,
+            "eviction_policy": self.config.eviction_policy,
             "mean_batch_size": self.batch_stats["queries"] / batches,
             "cache_hits": self.retrieval.cache.hits,
             "cache_misses": self.retrieval.cache.misses,
