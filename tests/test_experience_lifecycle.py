@@ -170,6 +170,7 @@ def test_a_cap_of_zero_is_unbounded_and_bad_settings_are_refused():
         {"usefulness_prior": (0.0, 1.0)},
         {"usefulness_weight": -1},
         {"expire_after_s": -5},
+        {"tombstone_retention_s": -1},
     ):
         with pytest.raises(ConfigurationError, match=next(iter(bad))):
             ExperienceConfig(**bad)
@@ -216,6 +217,49 @@ def test_cleanup_applies_a_lowered_cap_after_expiry(tmp_path):
     manager.cleanup(dry_run=False, now=now)
     assert [e.id for e in manager.experiences()] == [ids[1], ids[2], ids[4]]
     assert manager.check_consistency()["ok"] and manager.check_revisions()["ok"]
+    manager.close()
+
+
+def test_cleanup_purges_merged_tombstones_past_their_retention_dry_run_first(tmp_path, capsys):
+    manager = open_manager(tmp_path / "s", max_entries=0, tombstone_retention_s=100.0)
+    first, second = add_one(manager, 0), add_one(manager, 1)
+    [joined] = manager.maintenance.merge(lambda texts: [lesson("merged")], actor_step=1).merged
+    later = add_one(manager, 2)
+    assert {e.id: e.status for e in manager.get([first, second])} == {
+        first: "merged",
+        second: "merged",
+    }
+    # 50 s after the merge the tombstones are within their 100 s retention: nothing to purge.
+    assert manager.cleanup(dry_run=True, now=time.time() + 50).purged == []
+    now = time.time() + 200
+    revision = manager.revision
+    report = manager.cleanup(dry_run=True, now=now)
+    assert (report.dry_run, report.purged, report.expired, report.evicted) == (
+        True,
+        [first, second],
+        [],
+        [],
+    )
+    assert manager.revision == revision and len(manager.get([first, second])) == 2  # unchanged
+    report = manager.cleanup(dry_run=False, now=now)
+    # one purge revision each, in one transaction; the rows are gone, the rest untouched
+    assert (report.purged, report.revision) == ([first, second], revision + 2)
+    assert manager.get([first, second]) == []
+    assert [e.id for e in manager.experiences()] == [joined, later]
+    assert kinds(manager, first)[-1] == "purge"
+    assert manager.revisions(first)[-1]["detail"]["replaced_by"] == joined
+    assert manager.check_consistency()["ok"] and manager.check_revisions()["ok"]
+    assert manager.cleanup(dry_run=True, now=now).purged == []
+    manager.close()
+    # the purged lesson's history still answers from its revision's snapshot
+    assert cli_main(["lesson", str(tmp_path / "s"), str(first)]) == 0
+    out = capsys.readouterr().out
+    assert "(purge)" in out and f"merged into: {joined}" in out
+    # a retention of 0 keeps tombstones forever
+    manager = open_manager(tmp_path / "t", max_entries=0, tombstone_retention_s=0.0)
+    add_one(manager, 0), add_one(manager, 1)
+    manager.maintenance.merge(lambda texts: [lesson("merged")], actor_step=1)
+    assert manager.cleanup(dry_run=True, now=time.time() + 1e9).purged == []
     manager.close()
 
 

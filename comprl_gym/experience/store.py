@@ -359,6 +359,11 @@ class ExperienceStore:
         expire = self.database.idle_since(conn, now - after) if after else []
         return expire, self._over_cap(conn, expire)
 
+    def plan_purge(self, conn: sqlite3.Connection | sqlite3.Cursor, now: float) -> list[int]:
+        """The merged tombstones retired ``tombstone_retention_s`` or more before ``now``."""
+        keep = self.config.tombstone_retention_s
+        return self.database.merged_before(conn, now - keep) if keep else []
+
     def fold_into(self, cursor: sqlite3.Cursor, loser: int, keeper: int, status: str) -> bool:
         """Retire ``loser`` in favour of ``keeper`` (both must be active), which inherits its
         tallies and lists it in ``merged_from``. Returns whether it happened."""
