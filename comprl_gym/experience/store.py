@@ -328,8 +328,9 @@ class ExperienceStore:
         kind: str = "delete",
         detail: dict[str, Any] | None = None,
     ) -> list[int]:
-        """Remove the rows of ``ids`` (any status) inside a transaction, each an ``evict`` or
-        ``delete`` revision keeping a snapshot of it; returns the ids removed."""
+        """Remove the rows of ``ids`` (any status) inside a transaction, each an ``evict``,
+        ``delete`` or ``purge`` revision keeping a snapshot of it (evictions are counted, see
+        :meth:`evicted_count`); returns the ids removed."""
         # Read before the rows go: an old store's count comes from its evict revisions.
         before = self.evicted_count() if kind == "evict" and ids else 0
         removed, was_active = self.database.delete_rows(cursor, ids, kind, detail or {})
