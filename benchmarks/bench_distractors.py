@@ -2,7 +2,7 @@
 
 Streamed on held-out dungeons of ``comprl/Memory-Fork-v0`` (``branch_length=2``, compact
 observations, ``moves="open"``: east and west are the only choices, so a blind walker wins
-half the time and a reader of a right lesson always). Six arms, every (dungeon, visit)
+half the time and a reader of a right lesson always). Eight arms, every (dungeon, visit)
 episode on the same reset and sampling seeds (:func:`~comprl_gym.evaluation.streaming.
 episode_seeds`, common random numbers):
 
@@ -14,7 +14,12 @@ episode_seeds`, common random numbers):
   default 4, the docs' worked example; prior (1, 1), the default);
 * ``polluted_outcomes`` and ``polluted_outcomes_useful``: the same pair with a store that
   learns outcome tallies only (no cases memory), so that nothing but usefulness can move an
-  inverted lesson.
+  inverted lesson;
+* ``polluted_useful_agreed`` and ``polluted_outcomes_useful_agreed``: the two usefulness arms
+  with the other use credit: an episode's outcome goes only to the shown lessons its actions
+  agreed with (:func:`~comprl_gym.trainers.credit.agreed_lessons`: the lesson's content names
+  the side walked), not to every lesson shown (which, with three shown, charges a right
+  lesson for the loss a wrong one caused).
 
 Every store arm is a *learning* store: after each visit the arm's ``learn`` reports each
 episode's outcome for the lessons it was shown (:func:`~comprl_gym.trainers.credit.
@@ -180,34 +185,44 @@ def inverted_half(tasks: Sequence[int], seed: int) -> list[int]:
     return sorted(random.Random(f"distractors/{seed}").sample(list(tasks), len(tasks) // 2))
 
 
-def learner(manager: ExperienceManager, cases: bool = True) -> Callable[[Trajectory], None]:
+def learner(
+    manager: ExperienceManager, cases: bool = True, credit: str = "shown"
+) -> Callable[[Trajectory], None]:
     """A store's ``learn``: the episode's outcome for the lessons it was shown (the trainer's
-    tallies), then (``cases``) the episode itself in the cases memory."""
+    tallies; ``credit="agreed"``: only for those its actions agreed with), then (``cases``)
+    the episode itself in the cases memory."""
     memory = CasesMemory()
 
     def learn(episode: Trajectory) -> None:
-        credit_uses([episode], manager)
+        credit_uses([episode], manager, rule=credit)
         if cases:
             memory.learn(episode, manager)
 
     return learn
 
 
-#: Each store arm: (its fixed lessons, usefulness on, the cases memory on). The ``outcomes``
-#: pair learns outcome tallies only: no new evidence competes with the inverted lesson, so
-#: only usefulness can move it.
+#: Each store arm: (its fixed lessons, usefulness on, the cases memory on, the use credit).
+#: The ``outcomes`` pair learns outcome tallies only: no new evidence competes with the
+#: inverted lesson, so only usefulness can move it. The ``_agreed`` arms credit an episode's
+#: outcome only to the shown lessons its actions agreed with (``credit_uses(rule="agreed")``)
+#: instead of to every lesson shown.
 STORE_ARMS = {
-    "clean": ("clean", False, True),
-    "polluted": ("polluted", False, True),
-    "polluted_useful": ("polluted", True, True),
-    "polluted_outcomes": ("polluted", False, False),
-    "polluted_outcomes_useful": ("polluted", True, False),
+    "clean": ("clean", False, True, "shown"),
+    "polluted": ("polluted", False, True, "shown"),
+    "polluted_useful": ("polluted", True, True, "shown"),
+    "polluted_outcomes": ("polluted", False, False, "shown"),
+    "polluted_outcomes_useful": ("polluted", True, False, "shown"),
+    "polluted_useful_agreed": ("polluted", True, True, "agreed"),
+    "polluted_outcomes_useful_agreed": ("polluted", True, False, "agreed"),
 }
 ARMS = ("none", *STORE_ARMS)
-#: (with usefulness, without): the comparisons that isolate the usefulness term.
+#: (with usefulness, without): the comparisons that isolate the usefulness term, under each
+#: use credit (the ``_agreed`` rows beside the others).
 USEFULNESS_PAIRS = (
     ("polluted_useful", "polluted"),
     ("polluted_outcomes_useful", "polluted_outcomes"),
+    ("polluted_useful_agreed", "polluted"),
+    ("polluted_outcomes_useful_agreed", "polluted_outcomes"),
 )
 
 
@@ -224,11 +239,11 @@ def build_arms(
         ],
     }
     arms = [Arm("none")]
-    for name, (kind, useful, cases) in STORE_ARMS.items():
+    for name, (kind, useful, cases, credit) in STORE_ARMS.items():
         config = store_config(usefulness_weight if useful else 0.0)
         manager = ExperienceManager(str(folder / name), config=config)
         manager.add(lessons[kind], env_family=FAMILY.name)
-        arms.append(Arm(name, manager, learner(manager, cases)))
+        arms.append(Arm(name, manager, learner(manager, cases, credit)))
     return arms
 
 

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import httpx
@@ -136,15 +137,23 @@ def peak_rss_mib(pid: int) -> float:
 class Server:
     """``comprl-gym serve`` in a subprocess on loopback."""
 
-    def __init__(self, env_ids: list[str], max_sessions: int):
+    def __init__(
+        self,
+        env_ids: list[str],
+        max_sessions: int,
+        log: Any = subprocess.PIPE,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ):
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         args = [sys.executable, "-m", "comprl_gym.cli", "serve", *env_ids]
         args += ["--host", HOST, "--port", str(self.port), "--max-sessions", str(max_sessions)]
-        args += ["--idle-timeout", str(IDLE_TIMEOUT_S)]
+        args += ["--idle-timeout", str(idle_timeout_s)]
         for env_id in env_ids:  # one id per server here, so its kwargs apply to it alone
             args += [f"--env-arg={k}={v}" for k, v in ENV_KWARGS.get(env_id, {}).items()]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # ``log``: where the server's stderr goes (a long run gives a file: a pipe nobody
+        # reads fills and stalls the server).
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -152,7 +161,8 @@ class Server:
                 return
             except httpx.TransportError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(self.process.stderr.read().decode()[-2000:]) from None
+                    said = self.process.stderr.read().decode() if self.process.stderr else ""
+                    raise RuntimeError(f"the server did not start: {said[-2000:]}") from None
                 time.sleep(0.3)
 
     def health(self) -> dict:

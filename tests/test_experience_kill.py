@@ -1,5 +1,5 @@
-"""SIGKILL in the middle of the store's heavy changes: a plain write, an eviction, a merge and a
-cleanup. A real child process writes and prints each acknowledged id; it is killed at a random
+"""SIGKILL in the middle of the store's heavy changes: a plain write, an eviction, a merge, a
+cleanup and a purge of merged tombstones. A real child process writes and prints each acknowledged id; it is killed at a random
 moment (most of its time is spent inside those transactions); the store is reopened and must
 hold every acknowledged lesson the revision log does not say was removed, its index must equal
 its database, and the log must agree with the rows.
@@ -51,6 +51,7 @@ _CHILD = EMBEDDER_SOURCE + textwrap.dedent(
         "evict": dict(max_entries=60),
         "merge": dict(max_entries=0, merge_window=5),
         "cleanup": dict(max_entries=0, expire_after_s=1e-3),
+        "purge": dict(max_entries=0, merge_window=5, tombstone_retention_s=1e-3),
     }[mode]
     config = ExperienceConfig(  # index saves every 97 changes: kills land in saves too
         revision_log_max_rows=0, stats_flush_interval_s=3600, index_autosave_changes=97, **settings
@@ -81,6 +82,10 @@ _CHILD = EMBEDDER_SOURCE + textwrap.dedent(
         elif mode == "merge":
             write(30)
             manager.merge(merge_chunk, actor_step=n)
+        elif mode == "purge":  # every merged tombstone is a millisecond old at the cleanup
+            write(60)
+            manager.merge(merge_chunk, actor_step=n)
+            manager.cleanup(dry_run=False)
         else:  # cleanup: everything idle for a millisecond expires; 3 deleted per round
             write(30)
             manager.delete(manager.store.active_ids()[:3])
@@ -131,7 +136,9 @@ def _check_after_kill(path: Path, acked: list[int]) -> ExperienceStore:
     assert store.check_consistency()["ok"], store.check_consistency()
     revisions = store.check_revisions()
     assert revisions["ok"], revisions["faults"]
-    removed = {r["experience_id"] for r in store.revisions() if r["kind"] in ("evict", "delete")}
+    removed = {
+        r["experience_id"] for r in store.revisions() if r["kind"] in ("evict", "delete", "purge")
+    }
     present = {e.id for e in store.iter_experiences(include_inactive=True)}
     missing = set(acked) - removed - present
     assert not missing, f"acknowledged and not removed, yet missing: {sorted(missing)[:10]}"
@@ -156,6 +163,13 @@ def _successors_exist(store: ExperienceStore) -> None:
     assert any(r["kind"] == "merge" for r in store.revisions())
 
 
+def _purged(store: ExperienceStore) -> None:
+    _successors_exist(store)  # a purge never leaves a tombstone naming a missing successor
+    purged = [r for r in store.revisions() if r["kind"] == "purge"]
+    assert len(purged) >= 100  # the child was purging all along
+    assert all(r["detail"]["status"] == "merged" for r in purged)  # and only tombstones
+
+
 def _cleaned(store: ExperienceStore) -> None:
     assert {"expire", "delete"} <= {r["kind"] for r in store.revisions()}
 
@@ -168,6 +182,7 @@ def _cleaned(store: ExperienceStore) -> None:
         ("evict", 300, _cap_held),
         ("merge", 120, _successors_exist),
         ("cleanup", 150, _cleaned),
+        ("purge", 240, _purged),
     ],
 )
 def test_sigkill_keeps_every_acknowledged_lesson_and_the_log_consistent(
@@ -179,3 +194,61 @@ def test_sigkill_keeps_every_acknowledged_lesson_and_the_log_consistent(
         store = _check_after_kill(path, acked)
         check(store)
         store.close()
+
+
+_PURGE_KILLED_INSIDE = EMBEDDER_SOURCE + textwrap.dedent(
+    """
+    import os, signal, sys
+    from comprl_gym.experience import ExperienceConfig, ExperienceManager
+
+    config = ExperienceConfig(max_entries=0, merge_window=5, tombstone_retention_s=1e-3)
+    manager = ExperienceManager(sys.argv[1], config, HashEmbedder())
+    items = [f"## Title: w{j}\\n## Description: d\\n## Content: c{j}" for j in range(40)]
+    ids = manager.add(items, vectors=np.random.default_rng(0).normal(size=(40, 8)))
+    manager.merge(lambda texts: [f"## Title: m{len(texts)}\\n## Description: m\\n## Content: x"])
+    print(" ".join(map(str, ids)), flush=True)
+    delete_rows = manager.store.database.delete_rows
+
+    def killed_midway(cursor, ids, kind, detail):  # half the tombstones deleted, then SIGKILL
+        if kind == "purge":
+            delete_rows(cursor, ids[: len(ids) // 2], kind, detail)
+            print("killed mid-purge", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return delete_rows(cursor, ids, kind, detail)
+
+    manager.store.database.delete_rows = killed_midway
+    manager.cleanup(dry_run=False)
+    """
+)
+
+
+def test_a_sigkill_inside_the_purge_loses_nothing_and_purges_nothing(tmp_path):
+    path = tmp_path / "bank"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    done = subprocess.run(
+        [sys.executable, "-c", _PURGE_KILLED_INSIDE, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    acked_line, said = done.stdout.splitlines()
+    assert said == "killed mid-purge"
+    store = _check_after_kill(path, [int(x) for x in acked_line.split()])
+    # The purge's transaction never committed: every tombstone is back, no purge revision.
+    tombstones = [
+        e.id for e in store.iter_experiences(include_inactive=True) if e.status == "merged"
+    ]
+    assert len(tombstones) == 40 and not any(r["kind"] == "purge" for r in store.revisions())
+    store.close()
+    # and the next cleanup purges them all
+    namespace: dict = {}
+    exec(EMBEDDER_SOURCE, namespace)
+    config = ExperienceConfig(max_entries=0, tombstone_retention_s=1e-3)
+    from comprl_gym.experience import ExperienceManager
+
+    manager = ExperienceManager(path, config, namespace["HashEmbedder"]())
+    assert manager.cleanup(dry_run=False).purged == tombstones
+    assert manager.check_consistency()["ok"] and manager.check_revisions()["ok"]
+    manager.close()

@@ -89,6 +89,51 @@ def test_fifo_cap_evicts_the_oldest_in_the_writing_transaction(tmp_path):
     manager.close()
 
 
+def test_the_first_eviction_of_a_stores_life_warns_once_and_is_counted(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="comprl_gym.experience.store")
+    manager = open_manager(tmp_path / "s", max_entries=3)
+    for i in range(3):
+        add_one(manager, i)
+    assert caplog.records == [] and manager.stats()["evicted"] == 0  # full, nothing dropped
+    add_one(manager, 3)  # 4 writes into 3 slots: the first eviction of the store's life
+    [warning] = caplog.records
+    assert warning.levelname == "WARNING"
+    assert "max_entries=3" in warning.getMessage() and "eviction_policy='fifo'" in (
+        warning.getMessage()
+    )
+    add_one(manager, 4)
+    assert len(caplog.records) == 1  # one warning, not one per eviction
+    stats = manager.stats()
+    assert (stats["evicted"], stats["max_entries"], stats["eviction_policy"]) == (2, 3, "fifo")
+    manager.close()
+    # The count lives in the database: a reopened store goes on counting, still quiet.
+    manager = open_manager(tmp_path / "s", max_entries=3)
+    add_one(manager, 5)
+    assert manager.stats()["evicted"] == 3 and len(caplog.records) == 1
+    # A cleanup that evicts (a lowered cap) counts too; the evict revisions agree.
+    manager.close()
+    manager = open_manager(tmp_path / "s", max_entries=1)
+    assert manager.cleanup(dry_run=False).evicted and manager.stats()["evicted"] == 5
+    assert sum(r["kind"] == "evict" for r in manager.revisions()) == 5
+    manager.close()
+
+
+def test_a_store_that_evicted_before_the_counter_counts_its_evict_revisions(tmp_path, caplog):
+    manager = open_manager(tmp_path / "s", max_entries=2)
+    for i in range(4):
+        add_one(manager, i)
+    manager.close()
+    # An older store had no counter: drop it, as such a store would be.
+    with sqlite3.connect(tmp_path / "s" / "experiences.sqlite3") as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'evicted_total'")
+    caplog.clear()  # the first life's warning
+    manager = open_manager(tmp_path / "s", max_entries=2)
+    assert manager.stats()["evicted"] == 2
+    add_one(manager, 4)
+    assert manager.stats()["evicted"] == 3 and caplog.records == []  # it had evicted before
+    manager.close()
+
+
 def test_usefulness_policy_evicts_the_lowest_posterior_win_rate_untried_at_the_prior(tmp_path):
     manager = open_manager(tmp_path / "s", max_entries=3, eviction_policy="usefulness")
     a, b, c = (add_one(manager, i) for i in range(3))
@@ -125,6 +170,7 @@ def test_a_cap_of_zero_is_unbounded_and_bad_settings_are_refused():
         {"usefulness_prior": (0.0, 1.0)},
         {"usefulness_weight": -1},
         {"expire_after_s": -5},
+        {"tombstone_retention_s": -1},
     ):
         with pytest.raises(ConfigurationError, match=next(iter(bad))):
             ExperienceConfig(**bad)
@@ -171,6 +217,49 @@ def test_cleanup_applies_a_lowered_cap_after_expiry(tmp_path):
     manager.cleanup(dry_run=False, now=now)
     assert [e.id for e in manager.experiences()] == [ids[1], ids[2], ids[4]]
     assert manager.check_consistency()["ok"] and manager.check_revisions()["ok"]
+    manager.close()
+
+
+def test_cleanup_purges_merged_tombstones_past_their_retention_dry_run_first(tmp_path, capsys):
+    manager = open_manager(tmp_path / "s", max_entries=0, tombstone_retention_s=100.0)
+    first, second = add_one(manager, 0), add_one(manager, 1)
+    [joined] = manager.maintenance.merge(lambda texts: [lesson("merged")], actor_step=1).merged
+    later = add_one(manager, 2)
+    assert {e.id: e.status for e in manager.get([first, second])} == {
+        first: "merged",
+        second: "merged",
+    }
+    # 50 s after the merge the tombstones are within their 100 s retention: nothing to purge.
+    assert manager.cleanup(dry_run=True, now=time.time() + 50).purged == []
+    now = time.time() + 200
+    revision = manager.revision
+    report = manager.cleanup(dry_run=True, now=now)
+    assert (report.dry_run, report.purged, report.expired, report.evicted) == (
+        True,
+        [first, second],
+        [],
+        [],
+    )
+    assert manager.revision == revision and len(manager.get([first, second])) == 2  # unchanged
+    report = manager.cleanup(dry_run=False, now=now)
+    # one purge revision each, in one transaction; the rows are gone, the rest untouched
+    assert (report.purged, report.revision) == ([first, second], revision + 2)
+    assert manager.get([first, second]) == []
+    assert [e.id for e in manager.experiences()] == [joined, later]
+    assert kinds(manager, first)[-1] == "purge"
+    assert manager.revisions(first)[-1]["detail"]["replaced_by"] == joined
+    assert manager.check_consistency()["ok"] and manager.check_revisions()["ok"]
+    assert manager.cleanup(dry_run=True, now=now).purged == []
+    manager.close()
+    # the purged lesson's history still answers from its revision's snapshot
+    assert cli_main(["lesson", str(tmp_path / "s"), str(first)]) == 0
+    out = capsys.readouterr().out
+    assert "(purge)" in out and f"merged into: {joined}" in out
+    # a retention of 0 keeps tombstones forever
+    manager = open_manager(tmp_path / "t", max_entries=0, tombstone_retention_s=0.0)
+    add_one(manager, 0), add_one(manager, 1)
+    manager.maintenance.merge(lambda texts: [lesson("merged")], actor_step=1)
+    assert manager.cleanup(dry_run=True, now=time.time() + 1e9).purged == []
     manager.close()
 
 

@@ -137,3 +137,20 @@ def test_a_training_run_records_its_tasks_and_weight_hashes_across_a_resume(tmp_
     assert all(dungeon(task).index in SPLITS["train"] for task in tasks["played"])
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_runs_summary_reports_the_lessons_the_cap_evicted(tmp_path):
+    # The no-model memory that keeps every episode's case writes 4 lessons an iteration; a
+    # cap of 1 evicts all but the last. The summary's count is the store's evict revisions.
+    from comprl_gym.experience import ExperienceManager
+
+    config = memory_run_config(tmp_path, "complementary", iterations=1, memory="cases")
+    config.experience.max_entries = 1
+    summary = train(config)
+    store = summary["experience_store"]
+    manager = ExperienceManager(str(tmp_path / "run" / "experience"))
+    evictions = sum(r["kind"] == "evict" for r in manager.revisions())
+    manager.close()
+    assert evictions > 0
+    assert store == {"evicted": evictions, "max_entries": 1, "eviction_policy": "fifo"}

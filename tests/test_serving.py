@@ -440,3 +440,160 @@ def test_aborted_clients_free_their_sessions_at_once_even_mid_call():
             assert _SlowEnv.closed == _SlowEnv.made, (_SlowEnv.made, _SlowEnv.closed)
     finally:
         gym.registry.pop(SLOW, None)
+
+
+class _TimedEnv(gym.Env):
+    """A text env whose reset sleeps ``options["delay_s"]`` and whose step ``wait:S`` sleeps S
+    seconds: calls in flight of chosen lengths."""
+
+    made = 0
+    closed = 0
+
+    def __init__(self):
+        from comprl_gym.core import UnicodeText
+
+        self.observation_space = UnicodeText(max_length=64)
+        self.action_space = UnicodeText(max_length=64)
+        type(self).made += 1
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        time.sleep(float((options or {}).get("delay_s", 0.0)))
+        return "start", {"step": 0}
+
+    def step(self, action):
+        if action.startswith("wait:"):
+            time.sleep(float(action[5:]))
+        return "moved", 0.0, False, False, {"step": 1}
+
+    def close(self):
+        type(self).closed += 1
+
+
+TIMED = "comprl-test/Timed-v0"
+
+#: Where a client drops its connection (no close frame), in the order of a session's life.
+ABORT_POINTS = (
+    "before_any_message",  # connected only: the session exists, nothing asked
+    "before_reset_reply",  # reset sent (a reset of 0-60 ms is running)
+    "after_reset_reply",
+    "reset_and_step_queued",  # reset and step sent back to back, no reply read
+    "during_step",  # a step of 0-60 ms is running
+    "old_probe",  # reset, reply, a fast step sent, dropped at once (the earlier probe)
+    "after_step_reply",
+    "between_messages",  # idle 0-50 ms between an episode's messages
+    "during_close",  # a close message sent, dropped before the server answers
+    "close_frame",  # a polite client: the websocket's close handshake
+)
+
+
+async def _abort_at(url: str, point: str, rng) -> bool:
+    """One client that drops its connection at ``point`` (timings drawn from ``rng``); True
+    when it got a session (False: refused at capacity)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    ws = await connect(url.replace("http://", "ws://") + "/ws")
+
+    async def send(kind: str, data: dict) -> None:
+        await ws.send(json.dumps({"type": kind, "data": data}))
+
+    async def reply() -> dict:
+        answer = json.loads(await ws.recv())
+        if answer["type"] == "error":
+            raise ConnectionClosed(None, None)  # refused (capacity): nothing to drop
+        return answer
+
+    try:
+        reset = {"seed": 0, "options": {"delay_s": rng.choice((0.0, 0.0, 0.01, 0.06))}}
+        if point == "before_any_message":
+            await asyncio.sleep(rng.random() * 0.02)
+            return True
+        await send("reset", reset)
+        if point == "before_reset_reply":
+            await asyncio.sleep(rng.random() * 0.05)
+            return True
+        if point == "reset_and_step_queued":
+            await send("step", {"text": "wait:0.01"})
+            return True
+        await reply()
+        if point == "after_reset_reply":
+            return True
+        if point == "old_probe":
+            await send("step", {"text": "fast"})
+            return True
+        if point == "during_step":
+            await send("step", {"text": f"wait:{rng.choice((0.0, 0.02, 0.06))}"})
+            await asyncio.sleep(rng.random() * 0.04)
+            return True
+        await send("step", {"text": "fast"})
+        await reply()
+        if point == "after_step_reply":
+            return True
+        if point == "between_messages":
+            await asyncio.sleep(rng.random() * 0.05)
+            return True
+        if point == "during_close":
+            await send("close", {})
+            return True
+        await ws.close()  # close_frame
+        return True
+    except ConnectionClosed:
+        return False
+    finally:
+        ws.transport.abort()  # no close frame: the connection just drops
+
+
+def _sessions_free_within(server, within_s: float) -> float:
+    start = time.monotonic()
+    while server.active_sessions:
+        assert time.monotonic() - start < within_s, f"{server.active_sessions} sessions held"
+        time.sleep(0.005)
+    return time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_every_abort_interleaving_frees_its_session_within_a_second():
+    # Seeded random interleavings against a real server of capacity 8 (idle timeout 60 s, so
+    # the reaper cannot be what frees them): clients drop their connections at every point of
+    # a session's life, alone and in crowds of up to 8, twenty in a row as the earlier probe
+    # did. After each round every slot must be free within 1 s and every env closed.
+    import random
+
+    gym.register(TIMED, entry_point=_TimedEnv)
+    _TimedEnv.made = _TimedEnv.closed = 0
+    rng = random.Random(58)
+    app = make_app([TIMED], max_sessions=8, idle_timeout_s=60)
+    rounds = [[point] * 20 for point in ABORT_POINTS]  # each point twenty times in a row
+    rounds += [[rng.choice(ABORT_POINTS) for _ in range(rng.randint(1, 8))] for _ in range(60)]
+    worst = 0.0
+    try:
+        with serve_in_background(app) as running:
+            for clients in rounds:
+                if len(set(clients)) == 1 and len(clients) == 20:
+
+                    async def in_a_row(point=clients[0]) -> list[bool]:
+                        return [await _abort_at(running.url, point, rng) for _ in range(20)]
+
+                    started = asyncio.run(in_a_row())
+                else:
+
+                    async def crowd(clients=clients) -> list[bool]:
+                        return await asyncio.gather(
+                            *(_abort_at(running.url, p, rng) for p in clients)
+                        )
+
+                    started = asyncio.run(crowd())
+                assert all(started), (clients, started)  # never more than 8 at once: no refusal
+                worst = max(worst, _sessions_free_within(running, 1.0))
+            assert sum(map(len, rounds)) >= 300
+            deadline = time.monotonic() + 5
+            while _TimedEnv.closed < _TimedEnv.made and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _TimedEnv.closed == _TimedEnv.made, (_TimedEnv.made, _TimedEnv.closed)
+            good = RemoteEnv(running.url, env_id=TIMED)  # still serving
+            assert good.reset(seed=0)[0] == "start"
+            good.close()
+    finally:
+        gym.registry.pop(TIMED, None)
+    print(f"worst time to free every slot: {worst * 1000:.0f} ms")

@@ -241,3 +241,27 @@ def test_the_episodes_of_a_group_read_different_lessons(store):
     # A draw per episode: the group reads different lessons (8 draws of 1 in 8 show ~5).
     assert len(set(drawn)) >= 4
     assert drawn == [shown(8, slot) for slot in slots]  # and a replay draws the same
+
+
+def test_the_agreed_rule_credits_only_the_shown_lessons_the_actions_agreed_with(tmp_path, embedder):
+    from comprl_gym.rollouts import Turn
+    from comprl_gym.trainers.credit import credit_uses
+
+    store = ExperienceManager(tmp_path / "s", embedder=embedder)
+    west, east, other = store.add(
+        ["the stairs are down the west branch", "the stairs are down the east branch", "wait"]
+    )
+    lost = episode(0, True, False, [west, east, other])
+    lost.turns = [Turn(step=0, observation="", action="west")]
+    won = episode(0, True, True, [east, west])
+    won.turns = [Turn(step=0, observation="", action="east"), Turn(1, "", "east")]
+    ignored = episode(0, True, True, [other])  # its actions name nothing the lesson says
+    ignored.turns = [Turn(step=0, observation="", action="north")]
+    # Shown: every lesson shown is charged; agreed: only the one each episode walked.
+    assert credit_uses([lost, won, ignored], store, rule="agreed") == 2
+    tallies = {e.id: (e.uses, e.wins) for e in store.get([west, east, other])}
+    assert tallies == {west: (1, 0), east: (1, 1), other: (0, 0)}
+    assert credit_uses([lost, won, ignored], store) == 6  # the rule of old, beside it
+    with pytest.raises(ValueError, match="unknown use rule"):
+        credit_uses([lost], store, rule="followed")
+    store.close()

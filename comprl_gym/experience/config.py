@@ -107,6 +107,11 @@ class ExperienceConfig:
     #: ``restore`` brings it back) active lessons neither written nor retrieved for this many
     #: seconds. 0 = never (the reference has no expiry).
     expire_after_s: float = 0.0
+    #: :meth:`ExperienceManager.cleanup` purges merged tombstones (status ``merged``: rows kept
+    #: for provenance after a merge or dedupe replaced them) retired this many seconds ago or
+    #: more: each row goes, a ``purge`` revision keeps its snapshot (title, successor, tallies)
+    #: for ``comprl-gym lesson``. 30 days; 0 = keep them forever.
+    tombstone_retention_s: float = 30 * 86400.0
     #: Rows the append-only revision log keeps (its oldest are trimmed beyond; the revision
     #: numbers go on). 200,000 is ten changes per lesson of a full default store; 0 keeps all.
     revision_log_max_rows: int = 200000
@@ -168,6 +173,7 @@ class ExperienceConfig:
             "max_entries": self.max_entries >= 0,
             "eviction_policy": self.eviction_policy in EVICTION_POLICIES,
             "expire_after_s": self.expire_after_s >= 0,
+            "tombstone_retention_s": self.tombstone_retention_s >= 0,
             "revision_log_max_rows": self.revision_log_max_rows >= 0,
             "top_k": self.top_k >= 1,
             "query_batch_size": self.query_batch_size >= 1,

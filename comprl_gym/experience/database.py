@@ -110,9 +110,10 @@ CREATE INDEX IF NOT EXISTS revisions_experience ON revisions(experience_id);
 CREATING_KINDS = ("add", "update", "merge", "import", "migrated")
 #: Revision kinds that take an active lesson out of the index but keep its row.
 RETIRING_KINDS = ("retire", "replaced", "absorbed", "expire")
-#: Revision kinds that remove a lesson's row (``evict`` and ``delete`` keep a snapshot of it;
-#: ``lost``: unreadable when a damaged database was salvaged).
-REMOVING_KINDS = ("evict", "delete", "lost")
+#: Revision kinds that remove a lesson's row (``evict``, ``delete`` and ``purge``, of a merged
+#: tombstone past its retention, keep a snapshot of it; ``lost``: unreadable when a damaged
+#: database was salvaged).
+REMOVING_KINDS = ("evict", "delete", "purge", "lost")
 #: Revision kinds of tallies (outcomes and votes: what usefulness reads).
 TALLY_KINDS = ("outcome", "vote")
 #: How long a write's request id is remembered: a retry (Ray re-sending a task whose actor
@@ -328,7 +329,7 @@ class ExperienceDatabase:
         conn.execute(
             "INSERT INTO revisions (at, kind, experience_id, detail) SELECT ?, 'lost', "
             "experience_id, '{}' FROM revisions GROUP BY experience_id "
-            "HAVING sum(kind IN ('evict', 'delete', 'lost')) = 0 "
+            "HAVING sum(kind IN ('evict', 'delete', 'purge', 'lost')) = 0 "
             "AND experience_id NOT IN (SELECT id FROM experiences) ORDER BY experience_id",
             (time.time(),),
         )
@@ -638,6 +639,12 @@ class ExperienceDatabase:
         )
         return int(row[0]) if row else 0
 
+    def count_revisions(self, kind: str) -> int:
+        """How many kept revisions are of ``kind`` (read on the writer: an open transaction's
+        own revisions count)."""
+        row = self.writer.execute("SELECT count(*) FROM revisions WHERE kind = ?", (kind,))
+        return int(row.fetchone()[0])
+
     def revisions(self, experience_id: int | None = None, since: int = 0) -> list[dict[str, Any]]:
         """The kept revisions after ``since``, oldest first (one lesson's when ``experience_id``
         is given): ``{"rev", "at", "kind", "experience_id", "detail"}``."""
@@ -713,6 +720,16 @@ class ExperienceDatabase:
         rows = conn.execute(
             "SELECT id FROM experiences WHERE status = 'active' "
             "AND max(created_at, last_retrieved_at) < ? ORDER BY id",
+            (float(before),),
+        )
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def merged_before(conn: sqlite3.Connection | sqlite3.Cursor, before: float) -> list[int]:
+        """Merged tombstones retired before ``before`` (a time: ``updated_at`` is set when a
+        lesson is retired and not after), oldest id first."""
+        rows = conn.execute(
+            "SELECT id FROM experiences WHERE status = 'merged' AND updated_at < ? ORDER BY id",
             (float(before),),
         )
         return [r[0] for r in rows]

@@ -348,20 +348,27 @@ class ExperienceManager:
         return self._write(None, lambda c: self.store.restore(c, ids))
 
     def cleanup(self, dry_run: bool = True, now: float | None = None) -> CleanupReport:
-        """Expire lessons idle past ``expire_after_s`` and evict those over ``max_entries``
-        (``eviction_policy`` order), in one transaction. With ``dry_run`` (the default) nothing
-        changes and the report lists what would be removed; ``now`` (a time) is for tests."""
+        """Expire lessons idle past ``expire_after_s``, evict those over ``max_entries``
+        (``eviction_policy`` order) and purge merged tombstones retired
+        ``tombstone_retention_s`` ago, in one transaction (a ``purge`` revision each, keeping
+        the row's snapshot). With ``dry_run`` (the default) nothing changes and the report lists
+        what would be removed; ``now`` (a time) is for tests."""
         now = time.time() if now is None else float(now)
         if dry_run:
             with self._lock.read():
-                expire, evict = self.store.plan_cleanup(self.store.database.reader(), now)
-                return CleanupReport(True, expire, evict, self.store.revision)
+                reader = self.store.database.reader()
+                expire, evict = self.store.plan_cleanup(reader, now)
+                purge = self.store.plan_purge(reader, now)
+                return CleanupReport(True, expire, evict, self.store.revision, purge)
 
         def write(cursor: Any) -> CleanupReport:
             expire, evict = self.store.plan_cleanup(cursor, now)
+            purge = self.store.plan_purge(cursor, now)
             self.store.retire(cursor, expire, EXPIRED, kind="expire")
             self.store.remove(cursor, evict, "evict", {"policy": self.config.eviction_policy})
-            return CleanupReport(False, expire, evict)
+            retention = self.config.tombstone_retention_s
+            self.store.remove(cursor, purge, "purge", {"retention_s": retention})
+            return CleanupReport(False, expire, evict, purged=purge)
 
         report = self._write(None, write)
         report.revision = self.revision
@@ -538,9 +545,16 @@ class ExperienceManager:
             return self.store.check_consistency()
 
     def stats(self) -> dict[str, Any]:
+        """Retrieval batching and cache counters, and the store's cap: ``evicted`` (lessons
+        evicted over the store's life), ``max_entries`` and ``eviction_policy``."""
         batches = max(1, self.batch_stats["batches"])
+        with self._lock.read():
+            evicted = self.store.evicted_count()
         return {
             **self.batch_stats,
+            "evicted": evicted,
+            "max_entries": self.config.max_entries,
+            "eviction_policy": self.config.eviction_policy,
             "mean_batch_size": self.batch_stats["queries"] / batches,
             "cache_hits": self.retrieval.cache.hits,
             "cache_misses": self.retrieval.cache.misses,

@@ -43,13 +43,15 @@ class MergeReport:
 @dataclass
 class CleanupReport:
     """What :meth:`ExperienceManager.cleanup` removed, or with ``dry_run`` would remove:
-    ``expired`` (hidden: idle past ``expire_after_s``) and ``evicted`` (over ``max_entries``,
-    in ``eviction_policy`` order), and the store revision after it."""
+    ``expired`` (hidden: idle past ``expire_after_s``), ``evicted`` (over ``max_entries``,
+    in ``eviction_policy`` order) and ``purged`` (merged tombstones retired
+    ``tombstone_retention_s`` ago or more), and the store revision after it."""
 
     dry_run: bool
     expired: list[int] = field(default_factory=list)
     evicted: list[int] = field(default_factory=list)
     revision: int = 0
+    purged: list[int] = field(default_factory=list)
 
 
 def plan_dedupe(

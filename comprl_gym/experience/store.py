@@ -67,6 +67,9 @@ from comprl_gym.experience.vector_index import FamilyIndexes, IndexOp, import_us
 
 logger = logging.getLogger(__name__)
 
+#: The meta key counting the lessons evicted over the store's life (cap or cleanup).
+EVICTED_META = "evicted_total"
+
 
 class ExperienceStore:
     """A folder holding ``experiences.sqlite3`` and one usearch index per env family.
@@ -94,6 +97,9 @@ class ExperienceStore:
         self._closed = False
         self._pending_index_ops: list[IndexOp] | None = None
         self._inserted = False  # the open transaction inserted rows: the cap is checked
+        # Lessons the open transaction evicted from a store that had never evicted: the
+        # warning waits for the commit (a rolled-back eviction did not happen).
+        self._first_evictions = 0
         self.database = ExperienceDatabase(
             self.db_path,
             synchronous=self.config.sqlite_synchronous,
@@ -164,9 +170,37 @@ class ExperienceStore:
         except BaseException:
             self.database.rollback(cursor)
             self._pending_index_ops = None
+            self._first_evictions = 0
             raise
         ops, self._pending_index_ops = self._pending_index_ops, None
         self.index.apply(ops)
+        first, self._first_evictions = self._first_evictions, 0
+        if first:
+            self._warn_first_eviction(first)
+
+    def _warn_first_eviction(self, count: int) -> None:
+        # Eviction drops acknowledged lessons; a default cap must not do it silently. Once per
+        # store: the counter is persisted, so a reopened store that evicted before stays quiet.
+        cfg = self.config
+        logger.warning(
+            "experience store %s is full: evicted %d lesson(s), the first it ever evicted "
+            "(max_entries=%d active lessons, eviction_policy=%r). Evicted lessons are gone "
+            "from retrieval; set max_entries higher, or 0 for an unbounded store, to keep "
+            "them. The count so far is manager.stats()['evicted'].",
+            self.path,
+            count,
+            cfg.max_entries,
+            cfg.eviction_policy,
+        )
+
+    def evicted_count(self) -> int:
+        """Lessons evicted over the store's life (by the cap or a cleanup), as committed (and
+        inside an open transaction, as it stands). A store older than the counter starts
+        from the ``evict`` revisions its log still keeps."""
+        value = self.get_meta(EVICTED_META)
+        if value is not None:
+            return int(value)
+        return self.database.count_revisions("evict")
 
     def after_commit(self, op: IndexOp) -> None:
         """Queue an index change for when the open transaction commits."""
@@ -294,10 +328,17 @@ class ExperienceStore:
         kind: str = "delete",
         detail: dict[str, Any] | None = None,
     ) -> list[int]:
-        """Remove the rows of ``ids`` (any status) inside a transaction, each an ``evict`` or
-        ``delete`` revision keeping a snapshot of it; returns the ids removed."""
+        """Remove the rows of ``ids`` (any status) inside a transaction, each an ``evict``,
+        ``delete`` or ``purge`` revision keeping a snapshot of it (evictions are counted, see
+        :meth:`evicted_count`); returns the ids removed."""
+        # Read before the rows go: an old store's count comes from its evict revisions.
+        before = self.evicted_count() if kind == "evict" and ids else 0
         removed, was_active = self.database.delete_rows(cursor, ids, kind, detail or {})
         self._unindex(was_active)
+        if kind == "evict" and removed:
+            self.set_meta({EVICTED_META: str(before + len(removed))}, cursor)
+            if before == 0:
+                self._first_evictions += len(removed)
         return removed
 
     def restore(self, cursor: sqlite3.Cursor, ids: Sequence[int]) -> list[int]:
@@ -318,6 +359,11 @@ class ExperienceStore:
         after = self.config.expire_after_s
         expire = self.database.idle_since(conn, now - after) if after else []
         return expire, self._over_cap(conn, expire)
+
+    def plan_purge(self, conn: sqlite3.Connection | sqlite3.Cursor, now: float) -> list[int]:
+        """The merged tombstones retired ``tombstone_retention_s`` or more before ``now``."""
+        keep = self.config.tombstone_retention_s
+        return self.database.merged_before(conn, now - keep) if keep else []
 
     def fold_into(self, cursor: sqlite3.Cursor, loser: int, keeper: int, status: str) -> bool:
         """Retire ``loser`` in favour of ``keeper`` (both must be active), which inherits its

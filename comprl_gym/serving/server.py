@@ -194,6 +194,10 @@ class _Connection:
     """One WebSocket connection as :class:`WatchDisconnects` sees it: whether the client has
     gone, and the session the server made for it (once made)."""
 
+    #: Releases under way: the event loop keeps only weak references to tasks, and a
+    #: release collected before it ran would leave its slot to the idle reaper.
+    _releasing: set[asyncio.Task] = set()
+
     def __init__(self) -> None:
         self.gone = False
         self.session_id: str | None = None
@@ -202,7 +206,9 @@ class _Connection:
     def release(self) -> None:
         """Free the connection's session now (the client has gone)."""
         if self.server is not None and self.session_id is not None:
-            asyncio.ensure_future(self.server.release_session(self.session_id))
+            task = asyncio.ensure_future(self.server.release_session(self.session_id))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
 
 
 #: The connection whose ``/ws`` handler runs in this task (set by :class:`WatchDisconnects`).
@@ -237,7 +243,10 @@ class WatchDisconnects:
 
         async def pump() -> None:
             while True:
-                message = await receive()
+                try:
+                    message = await receive()
+                except Exception:  # the server's transport failed: the client is gone too
+                    message = {"type": "websocket.disconnect", "code": 1006}
                 gone = message["type"] == "websocket.disconnect"
                 if gone:
                     connection.gone = True
@@ -280,6 +289,10 @@ class _EnvServer(HTTPEnvServer):
     async def _run_in_session_executor(
         self, session_id: str, func: Any, *args: Any, **kwargs: Any
     ) -> Any:
+        if session_id not in self._sessions:
+            # Released (its client left) with messages still queued: OpenEnv would run them
+            # on its shared pool, on an env being closed on its own thread.
+            raise SessionError("this session was closed (its client left): reconnect")
         call = asyncio.ensure_future(
             super()._run_in_session_executor(session_id, func, *args, **kwargs)
         )

@@ -771,6 +771,12 @@ class Trainer:
             "warmup": self.warmup_record or {},
             "provenance": self.write_provenance(),
         }
+        if self.manager is not None:
+            # A capped store drops acknowledged lessons; the run says how many it dropped.
+            stats = self.manager.stats()
+            summary["experience_store"] = {
+                key: stats[key] for key in ("evicted", "max_entries", "eviction_policy")
+            }
         atomic_write_json(self.output_dir / "summary.json", summary)
         plot_learning_curve(self.metrics.read(), summary, self.output_dir / "learning_curve.png")
         return summary

@@ -43,6 +43,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"\n{config.algorithm}: {summary['iterations']} iterations, {summary['rollouts']} rollouts, "
         f"wall time {wall / 60:.1f} min; outputs in {config.output_dir}"
     )
+    store = summary.get("experience_store")
+    if store:
+        print(
+            f"experience store: {store['evicted']} lesson(s) evicted over its life "
+            f"(max_entries={store['max_entries']}, eviction_policy={store['eviction_policy']})"
+        )
     if summary.get("evaluation"):
         temperature = summary.get("eval_temperature", 0.0)
         sampling = "greedy" if not temperature else f"sampled at temperature {temperature}"

@@ -45,6 +45,7 @@ Example (reward attribution from the store's tallies, no model needed):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -181,16 +182,46 @@ def rule_advantages(
     raise ValueError(f"unknown credit rule {rule!r}; known: {', '.join(BASELINES)}")
 
 
+#: Which shown lessons an episode's outcome is credited to (:func:`credit_uses`): ``shown``,
+#: every lesson the actor read; ``agreed``, only those whose advice the actor's actions agreed
+#: with (:func:`agreed_lessons`).
+USE_RULES: tuple[str, ...] = ("shown", "agreed")
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def agreed_lessons(actions: Sequence[str], contents: Mapping[int, str]) -> list[int]:
+    """The lessons (id -> text) whose advice the actions taken agreed with: a lesson agrees
+    when its text names a word of an action taken. Evidence that a lesson was used, not
+    proof: a lesson that names the same move for another reason agrees too, and so does a lost
+    case naming the move it warns against.
+
+    Example (the actor walked west; of three lessons shown, two say west):
+        >>> agreed_lessons(["west"], {1: "the stairs are west", 2: "the stairs are east",
+        ...                           3: "take the West branch"})
+        [1, 3]
+    """
+    taken = set().union(*(_words(a) for a in actions)) if actions else set()
+    return [lesson for lesson, content in contents.items() if taken & _words(content)]
+
+
 def credit_uses(
     episodes: Iterable[Any],
     manager: Any,
     paired_tallies: MutableMapping[int, tuple[float, int]] | None = None,
+    rule: str = "shown",
 ) -> int:
     """Record each lesson's uses in one iteration's episodes: every with-experience episode
-    (not cut short) used the lessons it read (``shown_experience_ids``), won or lost. The
+    (not cut short) used the lessons it read (``shown_experience_ids``), won or lost; with
+    ``rule="agreed"``, only those its actions agreed with (:func:`agreed_lessons`), so an
+    outcome is not charged alike to lessons shown beside the one the actor followed. The
     store's uses/wins tallies get them (the ``batch`` rule reads those); when
     ``paired_tallies`` is given, each use's :func:`paired_outcome` against its task group's
     without-experience episodes is added to it. Returns the uses recorded."""
+    if rule not in USE_RULES:
+        raise ValueError(f"unknown use rule {rule!r}; known: {', '.join(USE_RULES)}")
     episodes = list(episodes)
     by_group: dict[int, list[float]] = {}
     for episode in episodes:
@@ -201,6 +232,12 @@ def credit_uses(
         ids = episode.shown_experience_ids
         if not episode.with_experience or episode.error or not ids:
             continue
+        if rule == "agreed":
+            # The whole lesson: a plain-text lesson is parsed into its title alone.
+            contents = {e.id: f"{e.title}\n{e.description}\n{e.content}" for e in manager.get(ids)}
+            ids = agreed_lessons([turn.action for turn in episode.turns], contents)
+            if not ids:
+                continue
         manager.report_outcome(ids, won=episode.won)
         if paired_tallies is not None:
             paired = paired_outcome(episode.won, by_group.get(episode.group, []))
