@@ -174,6 +174,9 @@ Type an action at the prompt; ? lists the allowed ones, quit ends.""",
     "train": """examples:
   comprl-gym train --config configs/demo.yaml
   comprl-gym train --config configs/grpo-minihack.yaml --set actor.lr=1e-5 --output-dir runs/g""",
+    "doctor": """examples:
+  comprl-gym doctor --config configs/extractor-credit.yaml
+  comprl-gym doctor --config configs/demo.yaml --set actor.lr=1e-5 --updates 5""",
     "probe": """examples:
   comprl-gym probe --run runs/demo
   comprl-gym probe --extractor smollm2 --family memory --out probe.json""",

@@ -928,10 +928,52 @@ def second_reader_moves_table() -> str:
 
 
 @cache
+def ladder_results_table() -> str:
+    """The known-answer ladder (``benchmarks/results/ladder.json``): per rung and learner,
+    updates to solve, the last evaluation and the time taken."""
+    from comprl_gym.trainers.ladder import LadderPoint, RungResult, ladder_table
+
+    rows = [
+        RungResult(
+            r["rung"],
+            r["settings"].get("variant", r["learner"]),
+            r["settings"],
+            [LadderPoint(**p) for p in r["curve"]],
+            r["time_s"],
+        )
+        for r in result("ladder.json")["results"]
+    ]
+    return ladder_table(rows).replace("| learner |", "| learner (variant) |", 1)
+
+
+def probe_rescored_table() -> str:
+    """The frozen extractor probed again with one draw per episode
+    (``benchmarks/results/probe-rescored/``): sampled, greedy and mean-probability rates."""
+    rows = []
+    for path in sorted((RESULTS / "probe-rescored").glob("*.json")):
+        report = json.loads(path.read_text(encoding="utf-8"))["families"]["memory"][0]
+        seed = path.stem.rsplit("seed", 1)[-1]
+        cells = []
+        for key in ("right_after", "greedy_right_after", "p_right_after"):
+            for outcome in ("won", "lost"):
+                cells.append(interval(report[f"{key}_{outcome}"]))
+        rows.append([f"frozen SmolLM2, temperature 1.5, seed {seed}", *cells])
+    head = [
+        "extractor",
+        "sampled right after a win",
+        "after a loss",
+        "greedy right after a win",
+        "after a loss",
+        "P(right) after a win",
+        "after a loss",
+    ]
+    return _table(head, rows)
+
+
 def _figures_in(results: Path) -> tuple[set, set]:
     intervals: set = set()
     p_values: set = set()
-    for path in sorted(results.glob("*.json")):
+    for path in sorted(results.rglob("*.json")):
         _quoted_figures(json.loads(path.read_text(encoding="utf-8")), intervals, p_values)
     return intervals, p_values
 
@@ -967,6 +1009,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "sealed-comparisons": sealed_comparisons_table,
     "sealed-runs": sealed_runs_table,
     "sealed-following": sealed_following_table,
+    "ladder": ladder_results_table,
+    "probe-rescored": probe_rescored_table,
     "glance": glance_table,
     "glance-docs": lambda: glance_table(pages=""),
 }
