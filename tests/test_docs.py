@@ -175,9 +175,7 @@ def test_the_demos_quoted_counts_are_its_files_and_dungeons():
     demo = update_docs.result("demo.json")
     text = " ".join((DOCS / "results" / "demo.md").read_text(encoding="utf-8").split())
     last = demo["training"][-1]
-    wrong, lessons = (
-        int(n) for n in re.search(r"(\d+) of (\d+) by iteration 3", text).groups()
-    )
+    wrong, lessons = (int(n) for n in re.search(r"(\d+) of (\d+) by iteration 3", text).groups())
     assert (wrong, lessons) == (
         last["store/memory/wrong"],
         sum(last[f"store/memory/{k}"] for k in ("right", "wrong", "both", "neither", "no_task")),
