@@ -61,3 +61,28 @@ def test_a_training_run_logs_sensitivity_every_iteration(tmp_path, caplog):
     for record in records:
         assert record["sensitivity/tasks"] == 3
         assert record["sensitivity/inverted"] in (0.0, 1 / 3, 2 / 3, 1.0)
+
+
+def test_measuring_sensitivity_changes_nothing_the_run_computes(tmp_path):
+    """The measurement samples greedily outside the rollouts' seed sequence: a run with it and
+    one without log the same metrics, iteration by iteration (losses, rewards, store)."""
+    runs = {}
+    for tasks in (0, 3):
+        config = memory_run_config(tmp_path / str(tasks), "complementary", iterations=2)
+        config.sensitivity_tasks = tasks
+        train(config)
+        folder = tmp_path / str(tasks) / "run"
+        lines = (folder / "metrics.jsonl").read_text().splitlines()
+        runs[tasks] = [
+            {
+                k: v
+                for k, v in json.loads(line).items()
+                if not k.startswith("sensitivity/")
+                and "time" not in k
+                and "wait" not in k
+                and not k.endswith("_s")
+                and "tokens_per_s" not in k
+            }
+            for line in lines
+        ]
+    assert runs[0] == runs[3]
