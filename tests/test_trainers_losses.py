@@ -561,3 +561,22 @@ def test_score_raw_entropy_is_over_the_whole_vocabulary_at_temperature_one():
     )
     stats = optimizer.update([sample])
     assert stats["entropy"] == pytest.approx(float(-(probs * probs.log()).sum()), rel=1e-4)
+
+
+def test_score_sampled_restricts_only_each_rows_own_trained_tokens():
+    """Two samples whose trained tokens sit at different positions: at one row's trained
+    position the other row holds a prompt token outside its allowed set. The loss stays
+    finite (a restricted score there would be -inf, and -inf times a 0 mask is NaN)."""
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    settings = ModelSettings(model="tiny", lr=1e-2, score="sampled", temperature=1.5)
+    optimizer = PolicyOptimizer.from_settings(settings, "extractor")
+    samples = [
+        TrainSample.from_generation(
+            prompt, [40], advantage, temperature=1.5, allowed_token_ids=(40, 41)
+        )
+        for prompt, advantage in (([5, 9, 13], 1.0), ([5, 9, 13, 17, 21], -1.0))
+    ]
+    stats = optimizer.update(samples)
+    assert np.isfinite(stats["loss"]) and np.isfinite(stats["grad_norm"]) and stats["grad_norm"] > 0

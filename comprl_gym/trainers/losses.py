@@ -303,10 +303,14 @@ def score_positions(
     positions: torch.Tensor,
     temperature: float | torch.Tensor = 1.0,
     allowed: torch.Tensor | None = None,
+    restrict: torch.Tensor | None = None,
 ) -> ScoredTokens:
     """Log-prob of token ``positions[j] + 1`` of each row, and the entropy at that position,
     under the model's distribution divided by ``temperature`` (a number, or one per row) and
-    restricted to ``allowed`` (a ``(batch, vocab)`` boolean mask, ``None``: every token).
+    restricted to ``allowed`` (a ``(batch, vocab)`` boolean mask, ``None``: every token) at the
+    entries where ``restrict`` (``(batch, positions)``, default all) is true: the positions a
+    row sampled under the restriction. Elsewhere (another row's trained position, a prompt
+    token) its token need not be allowed, and a restricted score there would be -inf.
 
     Only the scored positions run through the LM head: a multi-turn sequence trains a few
     dozen of its thousands of tokens, and the head's (tokens, vocab) logits dominate memory.
@@ -333,7 +337,10 @@ def score_positions(
     elif temperature != 1.0:
         logits = logits / temperature
     if allowed is not None:
-        logits = logits.masked_fill(~allowed[:, None, : logits.shape[-1]], float("-inf"))
+        blocked = ~allowed[:, None, : logits.shape[-1]]
+        if restrict is not None:
+            blocked = blocked & restrict[:, :, None]
+        logits = logits.masked_fill(blocked, float("-inf"))
     targets = input_ids[:, positions + 1].unsqueeze(-1)
     picked = torch.gather(logits, -1, targets).squeeze(-1)
     log_z = torch.logsumexp(logits.float(), dim=-1)

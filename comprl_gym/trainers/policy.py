@@ -342,11 +342,15 @@ class PolicyOptimizer:
         return self.model if self.compute_dtype == torch.float32 else _FloatLogits(self.model)
 
     def _score(
-        self, chunk: list[TrainSample], batch: dict[str, torch.Tensor], positions: torch.Tensor
+        self,
+        chunk: list[TrainSample],
+        batch: dict[str, torch.Tensor],
+        positions: torch.Tensor,
+        trained: torch.Tensor,
     ) -> ScoredTokens:
         """The chunk's tokens at ``positions`` scored as ``settings.score`` says: ``raw`` at
         temperature 1 over every token, ``sampled`` at each sample's temperature over its
-        allowed tokens."""
+        allowed tokens where it ``trained`` (``(batch, positions)``: the tokens it sampled)."""
         temperature: float | torch.Tensor = 1.0
         allowed = None
         if self.settings.score == "sampled":
@@ -370,6 +374,8 @@ class PolicyOptimizer:
                 positions,
                 temperature,
                 allowed,
+                # Only a row's own trained tokens were sampled under its restriction.
+                None if allowed is None else trained > 0,
             )
 
     # ------------------------------------------------------------------ batching
@@ -423,7 +429,7 @@ class PolicyOptimizer:
                         )
                 else:
                     every = torch.arange(batch["input_ids"].shape[1] - 1, device=self.device)
-                    logp = self._score(chunk, batch, every).logp
+                    logp = self._score(chunk, batch, every, batch["mask"]).logp
                 for row, sample in enumerate(chunk):
                     n = len(sample.input_ids)
                     # Entry t scores token t + 1; token 0 has no log-prob (never trained).
@@ -491,7 +497,7 @@ class PolicyOptimizer:
             positions = torch.nonzero(batch["mask"].any(dim=0)).flatten()
             for key in ("mask", "old"):
                 batch[key] = batch[key][:, positions]
-            scored = self._score(chunk, batch, positions)
+            scored = self._score(chunk, batch, positions, batch["mask"])
             logp = scored.logp
             # ``raw``: the backends' log-probs are of this same unprocessed distribution. The
             # sampled distribution's are not: recompute them (the batch is on-policy).
