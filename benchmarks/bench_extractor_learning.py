@@ -39,7 +39,7 @@ import subprocess
 from pathlib import Path
 
 from comprl_gym.envs.memory import dungeon
-from comprl_gym.envs.memory.dungeons import other_side
+from comprl_gym.envs.memory.judge import named_choice
 from comprl_gym.evaluation.stats import paired_comparison
 from comprl_gym.utils import atomic_write_json
 
@@ -145,10 +145,11 @@ def probe(folder: Path) -> None:
 
 
 def named_side(verdict: dict) -> str:
-    """The side a probe lesson named, from the family judge's verdict on it: the stairs' side
-    if it was right, the other if wrong, ``none`` otherwise."""
-    stairs = dungeon(verdict["task_id"]).side
-    return {"right": stairs, "wrong": other_side(stairs)}.get(verdict["verdict"], "none")
+    """The side a probe lesson named about its episode's dungeon (the family's
+    ``named_choice``) when the judge found it right or wrong, ``none`` otherwise."""
+    if verdict["verdict"] not in ("right", "wrong"):
+        return "none"
+    return next(side for side in map(named_choice, verdict["lessons"]) if side)
 
 
 def cells(verdicts: list[dict]) -> dict:

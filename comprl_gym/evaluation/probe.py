@@ -46,6 +46,7 @@ import numpy as np
 from comprl_gym.core import ConfigurationError
 from comprl_gym.evaluation.stats import Interval, mean_ci, wilson_interval
 from comprl_gym.families import VERDICTS, FamilySpec, LessonStem, family_spec
+from comprl_gym.lessons.core import lesson_title
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.utils import load_object
 
@@ -171,7 +172,7 @@ class ScriptedRule:
         """Add the rule's lesson about ``episode`` to ``into``; returns its id."""
         stem = self._stem(episode)
         lesson = stem.opening + stem.choices[self.pick(episode, stem)]
-        item = {"title": f"{episode.env_family}: {episode.task[:80]}", "description": ""}
+        item = {"title": lesson_title(episode), "description": ""}
         return into.add([{**item, "content": lesson}], env_family=episode.env_family)
 
 

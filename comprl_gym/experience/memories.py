@@ -38,6 +38,7 @@ from typing import Any
 from comprl_gym.core import ConfigurationError
 from comprl_gym.experience.exemplar import exemplar_lesson
 from comprl_gym.experience.records import Provenance
+from comprl_gym.lessons.core import outcome_title
 
 
 class ExemplarMemory:
@@ -66,8 +67,7 @@ class ExemplarMemory:
         content = exemplar_lesson(episode.task, actions, episode.won, self.keep_losses)
         if content is None:
             return None
-        outcome = "won" if episode.won else "lost"
-        return {"title": f"{episode.env_family}: {outcome}", "description": "", "content": content}
+        return {"title": outcome_title(episode), "description": "", "content": content}
 
     def learn(self, episode: Any, manager: Any, actor_step: int = 0) -> list[int]:
         """Store ``episode``'s lesson through ``manager``; return the ids written (none when it

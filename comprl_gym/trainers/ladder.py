@@ -44,6 +44,7 @@ from typing import Any, Literal
 import torch
 
 from comprl_gym.core import ConfigurationError
+from comprl_gym.envs.memory.judge import named_choice
 from comprl_gym.evaluation.probe import load_probe_episodes, walked
 from comprl_gym.families import LessonStem, family_spec
 from comprl_gym.rollouts import Trajectory
@@ -135,21 +136,6 @@ def _stem(episode: Trajectory) -> LessonStem:
     if stem is None:
         raise ConfigurationError(f"no lesson stem for {episode.task_id!r}")
     return stem
-
-
-def named_side(stem: LessonStem, lesson: str) -> str | None:
-    """The side (``east``/``west``) of the stem's choice that ``lesson`` ends with, if any.
-
-    Example:
-        >>> stem = LessonStem("In the Vault the stairs are at the end of the",
-        ...                   (" east branch.", " west branch."))
-        >>> named_side(stem, stem.opening + stem.choices[1]), named_side(stem, "what?")
-        ('west', None)
-    """
-    for choice in stem.choices:
-        if lesson.endswith(choice):
-            return choice.split()[0]
-    return None
 
 
 def choice_scores(
@@ -293,9 +279,8 @@ def _reinforced_step(
     """The extractor writes a lesson about each episode, each is credited by the rung (one
     use, won when it names the target side), and the extractor takes its update."""
     for episode in batch:
-        stem = _stem(episode)
         for lesson_id in extractor.write(episode, update):
-            named = named_side(stem, manager.get_one(lesson_id).text)
+            named = named_choice(manager.get_one(lesson_id).text)
             manager.report_outcome([lesson_id], won=named == rung.target(episode))
     ready = extractor.ready_samples(update)
     return extractor.update(ready, update) if ready else {}
@@ -352,6 +337,5 @@ __all__ = [
     "climb",
     "evaluate",
     "ladder_table",
-    "named_side",
     "stairs_side",
 ]

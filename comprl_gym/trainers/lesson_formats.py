@@ -48,6 +48,7 @@ from comprl_gym.experience.operations import (
 from comprl_gym.experience.records import Provenance
 from comprl_gym.experience.search_and_ask import SearchAndAskSyntax
 from comprl_gym.families import LessonStem, family_spec
+from comprl_gym.lessons.core import lesson_title
 from comprl_gym.registration import families_of
 from comprl_gym.rollouts import Trajectory
 
@@ -224,7 +225,7 @@ class PlainFormat:
         """The draft of one sentence: an ``add`` of it, or unreadable when there is none."""
         if lesson is None:
             return Draft(generation, None)
-        title = f"{episode.env_family}: {episode.task[:80]}"
+        title = lesson_title(episode)
         return Draft(generation, [Operation("add", (), ExperienceText(title, "", lesson))])
 
     def gate_text(self, operation: Operation) -> str:

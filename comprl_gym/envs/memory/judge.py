@@ -109,8 +109,7 @@ def judge_lesson(text: str) -> LessonVerdict:
     if found is None:
         return LessonVerdict(task_id=None, verdict="neither")
     named = dungeon(re.sub(r"\s+", " ", found.group(0)))
-    content = text.split(CONTENT_HEADING)[-1].lower()
-    said = set(re.findall(r"\b(east|west)\b", content))
+    said = _sides_said(text)
     if not said:
         verdict = "neither"
     elif len(said) == 2:
@@ -118,6 +117,25 @@ def judge_lesson(text: str) -> LessonVerdict:
     else:
         verdict = "right" if said == {named.side} else "wrong"
     return LessonVerdict(task_id=named.index, verdict=verdict)
+
+
+def _sides_said(text: str) -> set[str]:
+    """The sides (``east``, ``west``) the content of ``text`` names."""
+    content = text.split(CONTENT_HEADING)[-1].lower()
+    return set(re.findall(r"\b(east|west)\b", content))
+
+
+def named_choice(text: str) -> str | None:
+    """The side a lesson names: ``east`` or ``west`` when its content (as
+    :func:`judge_lesson` reads it) names exactly one, else ``None``. What a lesson says,
+    whichever dungeon it is about and whether it is right.
+
+    Example:
+        >>> named_choice(oracle_lesson("fork/vault-of-marrow")), named_choice("east or west?")
+        ('west', None)
+    """
+    said = _sides_said(text)
+    return next(iter(said)) if len(said) == 1 else None
 
 
 def fixed_lessons(kind: str, task_id: int | str) -> str:
@@ -134,4 +152,4 @@ def fixed_lessons(kind: str, task_id: int | str) -> str:
     return FIXED_LESSONS[kind](task_id)
 
 
-__all__ = ["CONTENT_HEADING", "FIXED_LESSONS", "fixed_lessons", "judge_lesson"]
+__all__ = ["CONTENT_HEADING", "FIXED_LESSONS", "fixed_lessons", "judge_lesson", "named_choice"]
