@@ -44,12 +44,12 @@ from typing import Any, Literal
 import torch
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.envs.memory.judge import named_choice
-from comprl_gym.evaluation.probe import load_probe_episodes, walked
-from comprl_gym.families import LessonStem, family_spec
+from comprl_gym.families import family_spec
+from comprl_gym.lessons.core import LessonStem
+from comprl_gym.lessons.formats import stem_prompt
+from comprl_gym.lessons.probe import load_probe_episodes, walked
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
-from comprl_gym.trainers.lesson_formats import stem_prompt
 from comprl_gym.trainers.losses import CISPO, CrossEntropy
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
@@ -279,6 +279,7 @@ def _reinforced_step(
     """The extractor writes a lesson about each episode, each is credited by the rung (one
     use, won when it names the target side), and the extractor takes its update."""
     for episode in batch:
+        named_choice = family_spec(episode.env_family).lessons.named_choice  # type: ignore[union-attr]
         for lesson_id in extractor.write(episode, update):
             named = named_choice(manager.get_one(lesson_id).text)
             manager.report_outcome([lesson_id], won=named == rung.target(episode))

@@ -21,9 +21,9 @@ and only the information differs:
 
 Each memory is an object with ``name`` and ``lesson(episode)``, which returns the lesson it
 stores for a finished episode (``{"title", "description", "content"}``) or ``None``. The
-family's :attr:`~comprl_gym.families.FamilySpec.stream_memories` hook (:func:`stream_memory`)
+family's :attr:`~comprl_gym.lessons.core.FamilyLessons.memories` hook (:func:`stream_memory`)
 makes them; the stream stores each lesson as the no-model memories of
-:mod:`comprl_gym.experience.memories` store theirs (provenance: the episode, the memory's name
+:mod:`comprl_gym.lessons.memories` store theirs (provenance: the episode, the memory's name
 as the policy version; counts of episodes and declines). An env family sits below the
 experience package (``tests/test_imports.py``), so it writes the lessons, never the store.
 
@@ -149,7 +149,7 @@ class OutcomeAwareMemory(CoinMemory):
         return {"title": lesson_title(episode), "description": "", "content": sentence}
 
 
-#: The scripted memories by arm name (:attr:`~comprl_gym.families.FamilySpec.stream_memory_kinds`).
+#: The scripted memories by arm name (:attr:`~comprl_gym.lessons.core.FamilyLessons.memories`).
 STREAM_MEMORIES: dict[str, type[CoinMemory]] = {
     "coin": CoinMemory,
     "coin_exemplar": CoinExemplarMemory,
@@ -159,7 +159,7 @@ STREAM_MEMORIES: dict[str, type[CoinMemory]] = {
 
 def stream_memory(name: str, seed: int = 0) -> CoinMemory:
     """A fresh scripted memory called ``name`` for the stream of ``seed`` (the family's
-    :attr:`~comprl_gym.families.FamilySpec.stream_memories` hook)."""
+    :attr:`~comprl_gym.lessons.core.FamilyLessons.memories` hook)."""
     if name not in STREAM_MEMORIES:
         raise ConfigurationError(
             f"the memory family has no scripted memory {name!r} "
