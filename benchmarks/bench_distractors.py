@@ -24,7 +24,7 @@ episode_seeds`, common random numbers):
 Every store arm is a *learning* store: after each visit the arm's ``learn`` reports each
 episode's outcome for the lessons it was shown (:func:`~comprl_gym.trainers.credit.
 credit_uses`, the trainer's tallies: ``manager.report_outcome``) and, except the ``outcomes``
-pair, stores the episode in the cases memory (:class:`~comprl_gym.experience.memories.
+pair, stores the episode in the cases memory (:class:`~comprl_gym.lessons.memories.
 CasesMemory`: the task and the actions that won or lost it), so new evidence competes with the
 old lesson at retrieval.
 
@@ -81,9 +81,9 @@ from comprl_gym.evaluation.streaming import (  # noqa: E402
     streaming_summary,
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager  # noqa: E402
-from comprl_gym.experience.memories import CasesMemory  # noqa: E402
 from comprl_gym.experience.records import format_experience_text  # noqa: E402
 from comprl_gym.families import family_spec  # noqa: E402
+from comprl_gym.lessons.memories import CasesMemory  # noqa: E402
 from comprl_gym.rollouts import Trajectory  # noqa: E402
 from comprl_gym.trainers.credit import credit_uses  # noqa: E402
 from comprl_gym.utils import atomic_write_text  # noqa: E402

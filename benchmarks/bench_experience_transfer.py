@@ -97,7 +97,7 @@ def result_file(args: argparse.Namespace, config: Any, run: Path, stream: Path) 
     summary = json.loads((run / "summary.json").read_text())
     state = CheckpointManager(run).load()["state"]
     # The stores that learnt (own, exemplar, cases) and the one the run trained with.
-    learnt = [a for a in args.arms.split(",") if a not in ("none", *spec.fixed_lesson_kinds)]
+    learnt = [a for a in args.arms.split(",") if a not in ("none", *spec.lessons.fixed)]
     texts = {arm: list(store_lessons(stream / "stores" / arm).values()) for arm in learnt}
     trained = store_lessons(run / "experience")
     texts["training_run"] = list(trained.values())

@@ -39,8 +39,8 @@ import subprocess
 from pathlib import Path
 
 from comprl_gym.envs.memory import dungeon
-from comprl_gym.envs.memory.dungeons import other_side
 from comprl_gym.evaluation.stats import paired_comparison
+from comprl_gym.families import family_spec
 from comprl_gym.utils import atomic_write_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,10 +145,12 @@ def probe(folder: Path) -> None:
 
 
 def named_side(verdict: dict) -> str:
-    """The side a probe lesson named, from the family judge's verdict on it: the stairs' side
-    if it was right, the other if wrong, ``none`` otherwise."""
-    stairs = dungeon(verdict["task_id"]).side
-    return {"right": stairs, "wrong": other_side(stairs)}.get(verdict["verdict"], "none")
+    """The side a probe lesson named about its episode's dungeon (the family's
+    ``named_choice``) when the judge found it right or wrong, ``none`` otherwise."""
+    if verdict["verdict"] not in ("right", "wrong"):
+        return "none"
+    named_choice = family_spec("memory").lessons.named_choice
+    return next(side for side in map(named_choice, verdict["lessons"]) if side)
 
 
 def cells(verdicts: list[dict]) -> dict:
@@ -336,9 +338,9 @@ def perfect_credit(seed: int, steps: int, out: Path, overrides: list[str]) -> di
     import random
     import tempfile
 
-    from comprl_gym.evaluation.probe import ScriptedRule, load_probe_episodes, run_probe
     from comprl_gym.experience import ExperienceConfig, ExperienceManager
     from comprl_gym.families import family_spec
+    from comprl_gym.lessons.probe import ScriptedRule, load_probe_episodes, run_probe
     from comprl_gym.seeding import seed_everything
     from comprl_gym.trainers.base import policy_backend
     from comprl_gym.trainers.config import TrainConfig
@@ -443,7 +445,7 @@ def answer_features(extractor, episodes: list, layers: tuple[int, ...]) -> dict[
     import torch
 
     from comprl_gym.families import family_spec
-    from comprl_gym.trainers.lesson_formats import stem_prompt
+    from comprl_gym.lessons.formats import stem_prompt
 
     backend, model = extractor.backend, extractor.optimizer.model
     out: dict[int, list] = {layer: [] for layer in (*layers, -1)}
@@ -495,7 +497,7 @@ def representation_probe(writers: list[str]) -> dict:
     it: how often the model's own choice there (east over west, greedy) names the stairs'
     side. Each writer's result is kept in :data:`REPRESENTATION` as it finishes (about 20
     minutes a writer on 2 busy cores); a writer already there is not read again."""
-    from comprl_gym.evaluation.probe import load_probe_episodes, walked
+    from comprl_gym.lessons.probe import load_probe_episodes, walked
     from comprl_gym.trainers.checkpoint import CheckpointManager
     from comprl_gym.trainers.config import TrainConfig
     from comprl_gym.trainers.probe_command import build_extractor

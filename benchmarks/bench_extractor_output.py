@@ -3,7 +3,7 @@
 Issue 12 ("the store must not fill with noise"). A fixed set of real MiniHack trajectories
 (Room-Random-5x5, max 8 steps: the expert's wins, the random agent's wins and losses; half
 wins, half losses; seeded, generated once) is shown to SmolLM2-135M-Instruct, the only
-offline model, as the trainer's extractor shows it (:mod:`comprl_gym.trainers.lesson_formats`):
+offline model, as the trainer's extractor shows it (:mod:`comprl_gym.lessons.formats`):
 
 * ``operations``: the reference's input (interaction, SUCCESS/FAILURE, the lessons shown) and
   output (JSON add / update / return in ``<answer>``, memories as ``<title>..</title><content>
@@ -14,7 +14,7 @@ offline model, as the trainer's extractor shows it (:mod:`comprl_gym.trainers.le
 For each (format, temperature) it reports, over the trajectories: the parse rate (an answer
 the extractor code accepts: operations that parse, or a plain lesson of 8+ characters), the
 decline rate (``return``), the lessons written, and the fraction of written lessons that pass
-:func:`~comprl_gym.experience.quality.lesson_quality`'s four fixed checks (5-60 words, 80%
+:func:`~comprl_gym.lessons.quality.lesson_quality`'s four fixed checks (5-60 words, 80%
 dictionary words, no 3-gram loop, a word of the family's vocabulary) and the mean score; the
 yield is passing lessons per trajectory. Results: ``benchmarks/results/extractor_output.json``
 and ``.png``.
@@ -41,15 +41,15 @@ import gymnasium as gym
 import comprl_gym  # noqa: F401  (registers the comprl/* ids)
 from comprl_gym.agents import RandomAgent, make_agent
 from comprl_gym.experience.operations import ExtractorOutputError, parse_extractor_output
-from comprl_gym.experience.quality import lesson_quality
 from comprl_gym.experience.records import Experience
-from comprl_gym.llm import SamplingParams, make_backend
-from comprl_gym.rollouts import Trajectory, run_episode
-from comprl_gym.trainers.lesson_formats import (
+from comprl_gym.lessons.formats import (
     operations_messages,
     plain_extractor_messages,
     plain_lesson,
 )
+from comprl_gym.lessons.quality import lesson_quality
+from comprl_gym.llm import SamplingParams, make_backend
+from comprl_gym.rollouts import Trajectory, run_episode
 
 RESULTS = Path(__file__).parent / "results"
 ENV_ID = "comprl/MiniHack-Room-Random-5x5-v0"

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from comprl_gym.core import ConfigurationError
+from comprl_gym.lessons.core import VERDICTS, FamilyLessons, LessonStem, LessonVerdict
 from comprl_gym.utils import load_object
 
 
@@ -43,52 +44,6 @@ class EnvEntry:
     #: The family's name, filled in by the :class:`FamilySpec` that lists the entry (written
     #: once, as ``FamilySpec.name``).
     family: str = ""
-
-
-@dataclass(frozen=True)
-class LessonStem:
-    """A lesson with one blank the extractor fills: ``opening`` starts the extractor's reply
-    and it picks one of ``choices`` to end it (sampling is restricted to their first tokens,
-    so each must start with a different token).
-
-    Example:
-        >>> stem = LessonStem("In the Vault of Marrow the staircase down is at the end of the",
-        ...                   (" east branch.", " west branch."))
-        >>> stem.opening + stem.choices[1]
-        'In the Vault of Marrow the staircase down is at the end of the west branch.'
-    """
-
-    opening: str
-    choices: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.choices) < 2:
-            raise ConfigurationError(f"a lesson stem needs two choices or more, got {self.choices}")
-
-
-@dataclass(frozen=True)
-class LessonVerdict:
-    """What a family's lesson judge says of one lesson: the task it is about (``None``: it
-    names none of the family's tasks) and whether the one fact it states about that task is
-    ``"right"``, ``"wrong"``, ``"both"`` (it states both answers) or ``"neither"`` (no fact).
-    """
-
-    task_id: Any
-    verdict: str
-
-
-@dataclass(frozen=True)
-class ReadingExample:
-    """One supervised example of the reading warm-up: the env reset with ``reset_options``
-    (e.g. ``{"task_id": 3}``), the actor shown ``lessons`` in its system prompt, and the first
-    action a reader of those lessons takes (``answer``, an admissible action). ``format``
-    names the lesson format, so the warm-up can log a loss per format."""
-
-    task_id: Any
-    reset_options: dict[str, Any]
-    lessons: tuple[str, ...]
-    answer: str
-    format: str
 
 
 @dataclass(frozen=True)
@@ -125,37 +80,9 @@ class FamilySpec:
             argument. Empty when the family has none.
         action_grammar: what the family's actions look like, for the actor's system prompt.
         extractor_focus: who the extractor is and which lessons it looks for in this family.
-        lesson_stem: ``"module:function"`` that, given a task id, returns the
-            :class:`LessonStem` of a lesson about that task, or ``None``. The ``stem``
-            extractor format starts the extractor's reply with it, so the model writes only
-            the fact. Empty when the family has none.
-        lesson_judge: ``"module:function"`` that, given a lesson's text, returns a
-            :class:`LessonVerdict` (which task it is about, whether its fact is right). A family
-            with a judge gets the "lessons that name the right fact" metric in training, the
-            extractor probe and the streaming evaluation. Empty when the family has none.
-        fixed_lessons: ``"module:function"`` that, given a lesson kind (one of
-            :attr:`fixed_lesson_kinds`) and a task id, returns the text of that fixed lesson
-            about the task (e.g. ``oracle``, ``inverted``, ``placebo``): the fixed arms of
-            a streaming evaluation. Empty when the family has none.
-        fixed_lesson_kinds: the kinds :attr:`fixed_lessons` writes.
-        stream_memories: ``"module:function"`` that, given a name (one of
-            :attr:`stream_memory_kinds`) and a stream's seed, returns a fresh scripted memory:
-            an object with ``name`` and ``lesson(episode)``, the lesson it stores after a
-            finished episode (``{"title", "description", "content"}``) or ``None``. A
-            streaming evaluation stores them as it stores the no-model memories'
-            (:mod:`comprl_gym.experience.memories`): arms that bound the result (the memory
-            family's ``coin``, ``coin_exemplar`` and ``outcome_aware``). Empty when the
-            family has none.
-        stream_memory_kinds: the names :attr:`stream_memories` makes.
-        reading_examples: ``"module:function"`` called as ``f(split, formats, sides,
-            env_kwargs)`` that returns the :class:`ReadingExample` list of the reading warm-up
-            (``formats``: the lesson formats to show, ``sides``: the family's labelling
-            option). Empty when the family has none (the warm-up is then refused).
-        probe_episodes: ``"module:function"`` that returns the family's extractor-probe
-            episodes, a fixed committed set of ``Trajectory.to_dict`` records covering both
-            outcomes (:mod:`comprl_gym.evaluation.probe`); with a :attr:`lesson_judge` it lets
-            the probe (``comprl-gym probe``, ``experience.probe_every``) score an extractor.
-            Empty when the family has none.
+        lessons: what the family knows about lessons (:class:`~comprl_gym.lessons.core.FamilyLessons`:
+            its judge, stem, fixed lessons, scripted memories, reading examples and probe
+            episodes); a family without any leaves it out.
         suite_content: ``"module:function"`` called as ``f(seeds, env_kwargs, make_env)``
             (``make_env()`` builds the env with ``env_kwargs``; close what you make) that
             returns, as JSON-able hashes, what decides what the family plays on those task
@@ -183,14 +110,7 @@ class FamilySpec:
     expert: str
     action_grammar: str
     extractor_focus: str
-    lesson_stem: str = ""
-    lesson_judge: str = ""
-    fixed_lessons: str = ""
-    fixed_lesson_kinds: tuple[str, ...] = ()
-    stream_memories: str = ""
-    stream_memory_kinds: tuple[str, ...] = ()
-    reading_examples: str = ""
-    probe_episodes: str = ""
+    lessons: FamilyLessons = field(default_factory=FamilyLessons)
     suite_content: str = ""
     suite_engines: tuple[str, ...] = ()
     missing_data: str = ""
@@ -200,37 +120,33 @@ class FamilySpec:
     training_split: str = ""
 
     def stem_for(self, task_id: str) -> LessonStem | None:
-        """The stem of a lesson about ``task_id`` (:attr:`lesson_stem`), or ``None``."""
-        if not self.lesson_stem:
-            return None
-        return load_object(self.lesson_stem)(task_id)
+        """The stem of a lesson about ``task_id`` (``lessons.stem``), or ``None``."""
+        return None if self.lessons.stem is None else self.lessons.stem(task_id)
 
     def judge(self, text: str) -> LessonVerdict | None:
-        """:attr:`lesson_judge`'s verdict on ``text``, or ``None`` when the family has no judge."""
-        if not self.lesson_judge:
-            return None
-        return load_object(self.lesson_judge)(text)
+        """``lessons.judge``'s verdict on ``text``, or ``None`` when the family has no judge."""
+        return None if self.lessons.judge is None else self.lessons.judge(text)
 
     def fixed_lesson(self, kind: str, task_id: Any) -> str:
-        """The fixed lesson of ``kind`` about ``task_id`` (:attr:`fixed_lessons`); a
+        """The fixed lesson of ``kind`` about ``task_id`` (``lessons.fixed``); a
         :class:`~comprl_gym.core.ConfigurationError` naming the family for a kind it lacks."""
-        if kind not in self.fixed_lesson_kinds:
+        if kind not in self.lessons.fixed:
             raise ConfigurationError(
                 f"family {self.name!r} has no fixed lesson {kind!r} "
-                f"(it has: {', '.join(self.fixed_lesson_kinds) or 'none'})"
+                f"(it has: {', '.join(self.lessons.fixed) or 'none'})"
             )
-        return load_object(self.fixed_lessons)(kind, task_id)
+        return self.lessons.fixed[kind](task_id)
 
     def stream_memory(self, name: str, seed: int) -> Any:
         """A fresh scripted memory called ``name`` for the stream of ``seed``
-        (:attr:`stream_memories`); a :class:`~comprl_gym.core.ConfigurationError` naming the
+        (``lessons.memories``); a :class:`~comprl_gym.core.ConfigurationError` naming the
         family for a name it lacks."""
-        if name not in self.stream_memory_kinds:
+        if name not in self.lessons.memories:
             raise ConfigurationError(
                 f"family {self.name!r} has no scripted memory {name!r} "
-                f"(it has: {', '.join(self.stream_memory_kinds) or 'none'})"
+                f"(it has: {', '.join(self.lessons.memories) or 'none'})"
             )
-        return load_object(self.stream_memories)(name, seed)
+        return self.lessons.memories[name](seed)
 
     def content_of(
         self, seeds: list[int], env_kwargs: dict[str, Any], make_env: Callable[[], Any]
@@ -340,10 +256,6 @@ def first_observations(env: Any, seeds: Iterable[int]) -> str:
     return digest.hexdigest()
 
 
-#: What a :class:`LessonVerdict` may say (:func:`verdict_counts` adds ``no_task``).
-VERDICTS: tuple[str, ...] = ("right", "wrong", "both", "neither")
-
-
 def verdict_counts(spec: FamilySpec, texts: Iterable[str]) -> dict[str, int]:
     """``texts`` (lessons) counted by the verdict of ``spec``'s judge, plus ``no_task``: those
     that name none of the family's tasks. Whether an extractor writes the one fact a later
@@ -357,9 +269,9 @@ def verdict_counts(spec: FamilySpec, texts: Iterable[str]) -> dict[str, int]:
         ... ])
         {'right': 1, 'wrong': 1, 'both': 0, 'neither': 0, 'no_task': 1}
     """
-    if not spec.lesson_judge:
+    judge = spec.lessons.judge
+    if judge is None:
         raise ConfigurationError(f"family {spec.name!r} has no lesson judge")
-    judge = load_object(spec.lesson_judge)
     counts = dict.fromkeys((*VERDICTS, "no_task"), 0)
     for text in texts:
         verdict: LessonVerdict = judge(text)

@@ -50,7 +50,7 @@ def make_probe_episodes() -> dict[str, Any]:
         "about": (
             "Extractor probe episodes of the memory family: each dungeon walked east once and "
             "west once by a scripted agent (one won, one lost). Written by "
-            "scripts/make_probe_episodes.py; read by comprl_gym.evaluation.probe."
+            "scripts/make_probe_episodes.py; read by comprl_gym.lessons.probe."
         ),
         "env_id": PROBE_ENV_ID,
         "env_kwargs": PROBE_ENV_KWARGS,

@@ -11,8 +11,8 @@ from conftest import REPO_ROOT
 
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.probe import PROBE_DUNGEONS
-from comprl_gym.evaluation.probe import ProbeReport, ProbeVerdict
 from comprl_gym.families import family_spec
+from comprl_gym.lessons.probe import ProbeReport, ProbeVerdict
 
 BENCH = REPO_ROOT / "benchmarks" / "bench_extractor_learning.py"
 spec = importlib.util.spec_from_file_location("bench_extractor_learning", BENCH)
@@ -144,9 +144,9 @@ def test_answer_features_are_read_where_the_extractor_samples_its_side():
     """The log-odds answer_features reads (east over west, at the end of the chat prompt and the
     stem's opening) are those of the extractor's own sampling path: sampled until it has
     written both sides for an episode, the two samples' log-probabilities differ by them."""
-    from comprl_gym.evaluation.probe import load_probe_episodes
+    from comprl_gym.lessons.formats import fill_stem
+    from comprl_gym.lessons.probe import load_probe_episodes
     from comprl_gym.trainers.config import TrainConfig
-    from comprl_gym.trainers.lesson_formats import fill_stem
     from comprl_gym.trainers.probe_command import build_extractor
 
     config = TrainConfig.from_yaml(

@@ -211,7 +211,7 @@ def test_family_packages_export_their_env_classes_lazily():
 
 
 # ---- what a family tells evaluation: suite content, data, validation, lesson verdicts --------
-HOOKS = ("suite_content", "missing_data", "lesson_judge", "fixed_lessons")
+HOOKS = ("suite_content", "missing_data")
 
 
 def test_every_hook_a_builtin_family_names_is_a_function_of_that_family():
@@ -300,12 +300,13 @@ def test_verdicts_are_counted_only_for_a_family_that_can_judge():
         verdict_counts(family_spec("webshop"), ["Search by brand."])
     assert family_spec("webshop").judge("Search by brand.") is None
     # A judge that answers outside the verdicts is named, not counted somewhere.
-    sloppy = replace(family_spec("memory"), lesson_judge="tests.test_families:_sloppy_judge")
+    memory = family_spec("memory")
+    sloppy = replace(memory, lessons=replace(memory.lessons, judge=_sloppy_judge))
     with pytest.raises(ConfigurationError, match="lesson judge answered 'maybe'"):
         verdict_counts(sloppy, ["anything"])
 
 
 def _sloppy_judge(text):
-    from comprl_gym.families import LessonVerdict
+    from comprl_gym.lessons.core import LessonVerdict
 
     return LessonVerdict(task_id=1, verdict="maybe")

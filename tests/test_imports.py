@@ -178,34 +178,52 @@ def test_every_module_imports_first_in_a_fresh_package():
 
 #: The layers, lowest first: a package may import only packages of a lower rank (at module
 #: level or inside a function). ``comprl_gym`` is the package's own ``__init__`` (it registers
-#: the ids); a top-level module is a layer of its own. docs/architecture.md draws the same.
+#: the ids); a top-level module is a layer of its own. A module ranked on its own (``lessons.core``)
+#: is a layer apart from the rest of its package: the lessons package's vocabulary sits below
+#: the family specs and envs that write lessons with it, its writing, gate and memories above
+#: the rollouts, and its probe (which scores a writer with evaluation's intervals) above
+#: evaluation. docs/architecture.md draws the same.
 LAYERS: dict[str, int] = {
     "core": 0,
-    "utils": 0,
     "seeding": 0,
-    "families": 1,
-    "envs": 2,
-    "llm": 2,
-    "experience": 2,
-    "registration": 3,
-    "comprl_gym": 4,
-    "wrappers": 5,
-    "agents": 5,
-    "rollouts": 5,
-    "env_factory": 6,
-    "distributed": 7,
-    "evaluation": 8,
-    "trainers": 9,
-    "serving": 10,
-    "integrations": 10,
-    "cli": 11,
+    "utils": 1,
+    "lessons.core": 1,
+    "families": 2,
+    "envs": 3,
+    "llm": 3,
+    "experience": 3,
+    "registration": 4,
+    "comprl_gym": 5,
+    "wrappers": 6,
+    "agents": 6,
+    "rollouts": 6,
+    "env_factory": 7,
+    "lessons": 7,
+    "distributed": 8,
+    "evaluation": 9,
+    "lessons.probe": 10,
+    "trainers": 11,
+    "serving": 12,
+    "integrations": 12,
+    "cli": 13,
 }
 
 
-def _layer(module: str) -> str:
-    """``comprl_gym.trainers.base`` -> ``trainers``; ``comprl_gym`` -> ``comprl_gym``."""
+def _layer(module: str, layers: dict[str, int] = LAYERS) -> str:
+    """``comprl_gym.trainers.base`` -> ``trainers``; ``comprl_gym`` -> ``comprl_gym``;
+    ``comprl_gym.lessons.core`` -> ``lessons.core`` (ranked on its own).
+
+    Example:
+        >>> _layer("comprl_gym.lessons.core"), _layer("comprl_gym.lessons.formats")
+        ('lessons.core', 'lessons')
+    """
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
+    if len(parts) == 1:
+        return parts[0]
+    for end in range(len(parts), 2, -1):
+        if ".".join(parts[1:end]) in layers:
+            return ".".join(parts[1:end])
+    return parts[1]
 
 
 def layer_violations(imports: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
@@ -219,9 +237,9 @@ def layer_violations(imports: dict[str, set[str]], layers: dict[str, int]) -> li
     """
     bad = set()
     for module, deps in imports.items():
-        mine = _layer(module)
+        mine = _layer(module, layers)
         for dep in deps:
-            theirs = _layer(dep)
+            theirs = _layer(dep, layers)
             if theirs != mine and layers[theirs] >= layers[mine]:
                 bad.add(f"{mine} -> {theirs}")
     return sorted(bad)

@@ -410,7 +410,7 @@ def test_the_judge_reads_the_dungeon_and_the_side_of_hand_written_lessons(text, 
 
 def test_fixed_lessons_are_judged_as_what_they_are():
     spec = comprl_gym.families.family_spec("memory")
-    assert spec.fixed_lesson_kinds == (
+    assert tuple(spec.lessons.fixed) == (
         "oracle",
         "inverted",
         "placebo",
@@ -423,7 +423,7 @@ def test_fixed_lessons_are_judged_as_what_they_are():
         task_id = dungeon(index).task_id("landmark")
         for kind, verdict in expected.items():
             assert spec.judge(spec.fixed_lesson(kind, task_id)) == (
-                comprl_gym.families.LessonVerdict(index, verdict)
+                comprl_gym.lessons.core.LessonVerdict(index, verdict)
             )
     assert spec.fixed_lesson("oracle", 159) == oracle_lesson("fork/vault-of-marrow")
     with pytest.raises(ConfigurationError, match="no fixed lesson 'rules'"):
@@ -443,7 +443,7 @@ def test_the_rule_lessons_are_one_text_for_every_landmark_dungeon():
     ):
         for index in (0, 159, 300, 600):
             assert spec.fixed_lesson(kind, dungeon(index).task_id("landmark")) == text
-        assert spec.judge(text) == comprl_gym.families.LessonVerdict(None, "neither")
+        assert spec.judge(text) == comprl_gym.lessons.core.LessonVerdict(None, "neither")
         with pytest.raises(ConfigurationError, match="fork dungeon.*Memory-Landmark-v0"):
             spec.fixed_lesson(kind, "fork/vault-of-marrow")
     words = placebo.lower().replace(",", "").split()

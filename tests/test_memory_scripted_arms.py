@@ -146,7 +146,7 @@ def test_coin_exemplar_stores_a_won_episodes_record_on_the_coins_side():
 
 
 def test_the_family_spec_names_its_scripted_memories():
-    assert SPEC.stream_memory_kinds == ("coin", "coin_exemplar", "outcome_aware")
+    assert tuple(SPEC.lessons.memories) == ("coin", "coin_exemplar", "outcome_aware")
     assert SPEC.stream_memory("coin", 3).seed == 3
     with pytest.raises(Exception, match="has no scripted memory 'cases'"):
         SPEC.stream_memory("cases", 0)

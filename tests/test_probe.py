@@ -14,7 +14,7 @@ from test_provenance import memory_run_config, train
 from comprl_gym.cli import main
 from comprl_gym.envs.memory import SPLITS, dungeon, oracle_lesson
 from comprl_gym.envs.memory.probe import PROBE_DUNGEONS, probe_episodes
-from comprl_gym.evaluation.probe import (
+from comprl_gym.lessons.probe import (
     PROBE_VERDICTS,
     ProbeReport,
     ScriptedRule,
@@ -172,7 +172,7 @@ def test_the_probe_reads_the_models_own_choice_probabilities(episodes):
     import torch
 
     from comprl_gym.families import family_spec
-    from comprl_gym.trainers.lesson_formats import stem_prompt
+    from comprl_gym.lessons.formats import stem_prompt
 
     extractor = build_extractor(
         ModelSettings(model="tiny", max_new_tokens=8), ExperienceSettings(extractor_format="stem")

@@ -8,6 +8,7 @@ import pytest
 import comprl_gym  # noqa: F401 - registers comprl/* ids
 from comprl_gym.agents import RandomAgent, make_agent
 from comprl_gym.cli import main
+from comprl_gym.lessons.formats import plain_extractor_messages
 from comprl_gym.rollouts import (
     RolloutConfig,
     RolloutWorker,
@@ -17,7 +18,6 @@ from comprl_gym.rollouts import (
     run_episode,
     write_jsonl,
 )
-from comprl_gym.trainers.lesson_formats import plain_extractor_messages
 
 ROOM = "comprl/MiniHack-Room-5x5-v0"
 

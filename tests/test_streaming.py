@@ -34,7 +34,7 @@ from comprl_gym.evaluation.streaming import (  # noqa: E402
     streaming_summary,
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager  # noqa: E402
-from comprl_gym.experience.exemplar import exemplar_lesson  # noqa: E402
+from comprl_gym.lessons.exemplar import exemplar_lesson  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 TASKS = list(range(8))

@@ -14,7 +14,7 @@ from conftest import ScriptedBackend
 import comprl_gym  # noqa: F401
 from comprl_gym.core import ConfigurationError
 from comprl_gym.experience import ExperienceConfig, ExperienceManager, default_embedder
-from comprl_gym.experience.memories import CasesMemory, ExemplarMemory
+from comprl_gym.lessons.memories import CasesMemory, ExemplarMemory
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
 from comprl_gym.trainers.credit import REJECTED_REWARD

@@ -20,11 +20,11 @@ from comprl_gym.core import ConfigurationError
 from comprl_gym.envs.memory import lesson_stem
 from comprl_gym.experience import ExperienceManager, default_embedder
 from comprl_gym.experience.prompts import ROLE_AGENT, ROLE_ENVIRONMENT, ROLE_TOOL
+from comprl_gym.lessons.formats import operations_messages
 from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.rollouts import RolloutWorker
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
 from comprl_gym.trainers.extractor import ExperienceExtractor
-from comprl_gym.trainers.lesson_formats import operations_messages
 from comprl_gym.trainers.losses import CISPO
 from comprl_gym.trainers.policy import PolicyOptimizer
 from comprl_gym.wrappers import ExperienceAugmentedEnv

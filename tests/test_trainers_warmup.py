@@ -160,7 +160,7 @@ def test_memory_reading_examples_for_two_dungeons_by_hand():
 def test_memory_case_records_are_the_exemplar_memorys_text():
     # envs/ sits below experience/: lessons.py writes the record itself; it must stay equal.
     from comprl_gym.envs.memory.dungeons import task_text
-    from comprl_gym.experience.exemplar import exemplar_lesson
+    from comprl_gym.lessons.exemplar import exemplar_lesson
 
     task = task_text("fork", dungeon(7))
     assert lesson_text("exemplar", 7, 3, "east") == exemplar_lesson(task, ["east"] * 3, True)

@@ -10,7 +10,7 @@ arm per lesson source, every (task, visit) episode on the same seeds in every ar
   (:meth:`~comprl_gym.families.FamilySpec.fixed_lesson`: ``oracle``, ``inverted``,
   ``placebo`` in the memory family);
 * ``exemplar`` and ``cases``: memories without a model
-  (:mod:`comprl_gym.experience.memories`), filled between visits with each won episode's
+  (:mod:`comprl_gym.lessons.memories`), filled between visits with each won episode's
   actions (``exemplar``) or every episode's actions and outcome (``cases``);
 * the family's scripted memories, filled between visits like ``exemplar``
   (:meth:`~comprl_gym.families.FamilySpec.stream_memory`): arms that bound the result. In the
@@ -77,7 +77,6 @@ from comprl_gym.evaluation.streaming import (
     versus_summary,
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager
-from comprl_gym.experience.memories import MEMORIES, ExemplarMemory, memory_named
 from comprl_gym.families import (
     FamilySpec,
     env_pool,
@@ -85,6 +84,7 @@ from comprl_gym.families import (
     held_out_kwargs,
     verdict_counts,
 )
+from comprl_gym.lessons.memories import MEMORIES, ExemplarMemory, memory_named
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.rollouts import Trajectory, append_jsonl
 from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
@@ -167,8 +167,8 @@ def env_family(config: StreamConfig) -> FamilySpec | None:
 
 def check_arms(config: StreamConfig, family: FamilySpec | None, has_own: bool) -> None:
     """A :class:`ConfigurationError` naming every arm ``config`` cannot stream, and why."""
-    fixed = family.fixed_lesson_kinds if family is not None else ()
-    scripted = family.stream_memory_kinds if family is not None else ()
+    fixed = tuple(family.lessons.fixed) if family is not None else ()
+    scripted = tuple(family.lessons.memories) if family is not None else ()
     known = (NONE, *fixed, *MEMORIES, *scripted, OWN)
     unknown = [a for a in config.arms if a not in known]
     if unknown:
@@ -223,7 +223,7 @@ def build_arms(
 ) -> list[Arm]:
     """The arms of ``config``, their stores under ``stores`` (fixed ones filled now)."""
     tasks = list(range(config.tasks))
-    fixed = [a for a in config.arms if family is not None and a in family.fixed_lesson_kinds]
+    fixed = [a for a in config.arms if family is not None and a in family.lessons.fixed]
     ids = task_ids(config.env_spec(), tasks) if fixed else []
     arms = []
     for name in config.arms:
@@ -236,7 +236,7 @@ def build_arms(
             arms.append(Arm(name, store))
         elif name in MEMORIES:
             arms.append(Arm(name, store, _learner(memory_named(name), store)))
-        elif family is not None and name in family.stream_memory_kinds:
+        elif family is not None and name in family.lessons.memories:
             scripted = FamilyMemory(family.stream_memory(name, config.seed))
             arms.append(Arm(name, store, _learner(scripted, store)))
         else:  # own (check_arms made sure there is an extractor)
@@ -264,7 +264,7 @@ class FamilyMemory(ExemplarMemory):
 
 
 def _learner(memory: Any, store: ExperienceManager) -> Callable[[Trajectory], None]:
-    """A no-model memory's ``learn`` into ``store`` (:mod:`comprl_gym.experience.memories`)."""
+    """A no-model memory's ``learn`` into ``store`` (:mod:`comprl_gym.lessons.memories`)."""
     return lambda episode: memory.learn(episode, store)
 
 
@@ -358,7 +358,7 @@ def run_stream(
     summary["streaming"] = streaming_summary(records)
     if config.versus:
         summary["versus"] = versus_summary(records, config.versus)
-    if family is not None and family.lesson_judge:
+    if family is not None and family.lessons.judge is not None:
         summary["store_verdicts"] = {
             name: verdict_counts(family, lessons) for name, lessons in texts.items()
         }
@@ -373,7 +373,7 @@ def run_stream(
 
 
 #: How :func:`shown_verdicts` counts an episode (its verdict,
-#: :func:`~comprl_gym.evaluation.probe.episode_verdict`, when ``right`` or ``wrong``; any other,
+#: :func:`~comprl_gym.lessons.core.episode_verdict`, when ``right`` or ``wrong``; any other,
 #: no side, both, only other tasks or no lesson, is ``no_side``).
 SHOWN_KINDS = ("right", "wrong", "no_side")
 
@@ -382,7 +382,7 @@ def shown_verdicts(records: list[dict[str, Any]], family: FamilySpec) -> dict[st
     """Per arm with lessons, what it showed each task at visits after the first, by how the
     arm's previous visit to that task ended: ``{"after_won": {"right": n, "wrong": n,
     "no_side": n}, "after_lost": {...}}``, each episode's verdict from the family's judge on
-    the lessons it was shown (:func:`~comprl_gym.evaluation.probe.episode_verdict`). An
+    the lessons it was shown (:func:`~comprl_gym.lessons.core.episode_verdict`). An
     outcome-aware memory shows the right side after a win and after a loss; one that copies
     the walked side is right after wins only; a constant side is right about half the time
     either way. The check behind any sentence on why an arm helped.
@@ -400,7 +400,7 @@ def shown_verdicts(records: list[dict[str, Any]], family: FamilySpec) -> dict[st
         >>> shown_verdicts(records, family_spec("memory"))["copy"]["after_lost"]
         {'right': 0, 'wrong': 1, 'no_side': 0}
     """
-    from comprl_gym.evaluation.probe import episode_verdict
+    from comprl_gym.lessons.core import episode_verdict
 
     outcome = {(r["arm"], r["task_index"], int(r["visit"])): bool(r["won"]) for r in records}
     out: dict[str, Any] = {}

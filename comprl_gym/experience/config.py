@@ -76,7 +76,7 @@ class ExperienceConfig:
     #: An experience trained on fewer than this many actor steps ago gets weight 0 (cooldown;
     #: reference ``memory_repeat_cooldown_steps: 1``).
     train_cooldown_steps: int = 1
-    #: Lowest :func:`~comprl_gym.experience.quality.lesson_quality` score (0-1, the fraction of
+    #: Lowest :func:`~comprl_gym.lessons.quality.lesson_quality` score (0-1, the fraction of
     #: its four checks passed) of a lesson the extractor may write; 0 writes everything.
     min_quality: float = 0.0
 

@@ -51,8 +51,9 @@ from comprl_gym.evaluation.provenance import (
     portable_path,
     training_provenance,
 )
-from comprl_gym.experience.memories import ExemplarMemory, memory_named
 from comprl_gym.families import family_spec, verdict_counts
+from comprl_gym.lessons.formats import lesson_format_for_run
+from comprl_gym.lessons.memories import ExemplarMemory, memory_named
 from comprl_gym.llm.base import LLMBackend
 from comprl_gym.llm.models import resolve_model
 from comprl_gym.llm.transformers_backend import TransformersBackend
@@ -65,7 +66,6 @@ from comprl_gym.trainers.background import ExperienceWorker, TimedManager, WaitC
 from comprl_gym.trainers.checkpoint import CheckpointManager
 from comprl_gym.trainers.config import TrainConfig
 from comprl_gym.trainers.extractor import ExperienceExtractor
-from comprl_gym.trainers.lesson_formats import lesson_format_for_run
 from comprl_gym.trainers.losses import Loss
 from comprl_gym.trainers.metrics import MetricsLogger, warn_on_collapse
 from comprl_gym.trainers.policy import PolicyOptimizer
@@ -648,12 +648,12 @@ class Trainer:
 
     def store_verdicts(self) -> dict[str, int]:
         """The store's lessons that name the right fact: for each trained family whose spec can
-        judge a lesson (``lesson_judge``), its active lessons counted by verdict
+        judge a lesson (``lessons.judge``), its active lessons counted by verdict
         (``store/<family>/right``, ``wrong``, ``both``, ``neither``, ``no_task``)."""
         record: dict[str, int] = {}
         for family in sorted(families_of(self.config.env_ids)):
             spec = family_spec(family)
-            if spec is None or not spec.lesson_judge:
+            if spec is None or spec.lessons.judge is None:
                 continue
             texts = [e.text for e in self.manager.experiences(env_family=family)]
             for verdict, count in verdict_counts(spec, texts).items():

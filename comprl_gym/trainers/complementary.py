@@ -24,8 +24,8 @@ CISPO on whether its lessons helped the actor win) co-evolve. One iteration,
       lessons in its prompt: ``Trajectory.shown_experience_ids``); the extractor's
       ``search_and_ask`` answers and the actor's critiques are credited too;
    b. distillation: the extractor writes lessons from the with-experience episodes in its
-      lesson format (:mod:`comprl_gym.trainers.lesson_formats`), or a memory without a model
-      (``experience.memory: exemplar | cases``, :mod:`comprl_gym.experience.memories`)
+      lesson format (:mod:`comprl_gym.lessons.formats`), or a memory without a model
+      (``experience.memory: exemplar | cases``, :mod:`comprl_gym.lessons.memories`)
       stores them, and the step ends here;
    c. extractor update, after a write fence (``ExperienceManager.fence``: buffered counters
       and writes under way land first): ``r(m)`` of each ready generation (the mean outcome of the episodes

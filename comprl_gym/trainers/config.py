@@ -160,12 +160,12 @@ class ExperienceSettings(ExperienceConfig):
     experiences_per_group: int = 1
     #: Where the lessons come from: ``extractor`` (the extractor model writes them in
     #: ``extractor_format`` and, in the trainers that train it, learns by CISPO), or a memory
-    #: without a model (:mod:`comprl_gym.experience.memories`): ``exemplar`` (a won
+    #: without a model (:mod:`comprl_gym.lessons.memories`): ``exemplar`` (a won
     #: episode's task and actions stored verbatim, the case-based baseline) or ``cases`` (won
     #: and lost episodes alike). A no-model memory loads no extractor model and no optimiser,
     #: trains nothing, merges nothing, and ``search_and_ask`` is answered from the store alone.
     memory: Literal["extractor", "exemplar", "cases"] = "extractor"
-    #: What the extractor writes (:mod:`comprl_gym.trainers.lesson_formats`): ``operations``
+    #: What the extractor writes (:mod:`comprl_gym.lessons.formats`): ``operations``
     #: (the reference: add / update / return as JSON in ``<answer>``, memories as
     #: ``<title>..</title><content>..</content>``), ``plain`` (one sentence of advice, for tiny
     #: models) or ``stem`` (that sentence opened by the family's lesson stem, so the model
@@ -288,7 +288,7 @@ class WarmupConfig:
     """The supervised reading warm-up (:mod:`comprl_gym.trainers.warmup`): before iteration 1,
     ``steps`` optimiser steps of cross-entropy on the actor's first reply to training tasks
     shown a lesson, labelled with the action a reader of the lesson takes (the family's
-    :attr:`~comprl_gym.families.FamilySpec.reading_examples`). It makes an actor that reads
+    :attr:`~comprl_gym.lessons.core.FamilyLessons.reading_examples`). It makes an actor that reads
     lessons before it learns from rewards. Runs once (not again on resume) and writes
     ``<output_dir>/warmup/reader.pt``, a file ``actor.init_weights`` can start a later run from.
 

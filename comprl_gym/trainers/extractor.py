@@ -13,16 +13,16 @@ agentic/``; the file names below point into it):
   episode, each action followed by the observation it produced (Environment / Agent / Tool
   Environment), ``Outcome: SUCCESS/FAILURE`` and the lessons the episode was shown
   (``**Memory Entry i**``), see :func:`~comprl_gym.experience.prompts.format_interaction`.
-* **Output**: one of the lesson formats of :mod:`comprl_gym.trainers.lesson_formats`
+* **Output**: one of the lesson formats of :mod:`comprl_gym.lessons.formats`
   (``experience.extractor_format``): ``operations`` (the reference's: ``<answer>`` with a JSON
   list of ``add`` / ``update`` / ``return`` operations, memories as
   ``<title>..</title><content>..</content>``; ``return`` writes nothing), ``plain`` (one
   sentence of advice, stored as it is, for tiny models) or ``stem`` (that sentence opened by
-  the family's lesson stem, :attr:`~comprl_gym.families.FamilySpec.lesson_stem`: "In the
+  the family's lesson stem, :attr:`~comprl_gym.lessons.core.FamilyLessons.stem`: "In the
   Vault of Marrow the staircase down is at the end of the", then " east branch." or " west
   branch.", so the model writes only the fact, one choice that CISPO's credit can reward or
   punish; refused when the trainer starts for a family without a stem). A lesson whose
-  :func:`~comprl_gym.experience.quality.lesson_quality` score is below
+  :func:`~comprl_gym.lessons.quality.lesson_quality` score is below
   ``experience.min_quality`` is not written.
 * **Reward** (reference ``multi_agentic_pipeline.py::_collect_triggered_interactions_to_buffer``):
   per generation, ``r`` = the mean of +1 (success) / -1 (failure) over the trajectories that
@@ -82,13 +82,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple
 
 from comprl_gym.experience import prompts
-from comprl_gym.experience.quality import lesson_quality
 from comprl_gym.experience.records import Provenance
+from comprl_gym.lessons.formats import SEARCH_SYNTAX, LessonFormat, lesson_format
+from comprl_gym.lessons.quality import lesson_quality
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers import credit
 from comprl_gym.trainers.config import ExperienceSettings
 from comprl_gym.trainers.credit import REJECTED_REWARD
-from comprl_gym.trainers.lesson_formats import SEARCH_SYNTAX, LessonFormat, lesson_format
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
 logger = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ class ExperienceExtractor:
         self.settings = settings
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        #: What it writes (:mod:`~comprl_gym.trainers.lesson_formats`): ``output_format`` (a
+        #: What it writes (:mod:`~comprl_gym.lessons.formats`): ``output_format`` (a
         #: format, or its name) when given, else ``settings.extractor_format``.
         self.format: LessonFormat = (
             lesson_format(output_format or settings.extractor_format, settings.max_text_chars)

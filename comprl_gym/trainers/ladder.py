@@ -44,11 +44,12 @@ from typing import Any, Literal
 import torch
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.evaluation.probe import load_probe_episodes, walked
-from comprl_gym.families import LessonStem, family_spec
+from comprl_gym.families import family_spec
+from comprl_gym.lessons.core import LessonStem
+from comprl_gym.lessons.formats import stem_prompt
+from comprl_gym.lessons.probe import load_probe_episodes, walked
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
-from comprl_gym.trainers.lesson_formats import stem_prompt
 from comprl_gym.trainers.losses import CISPO, CrossEntropy
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
@@ -135,21 +136,6 @@ def _stem(episode: Trajectory) -> LessonStem:
     if stem is None:
         raise ConfigurationError(f"no lesson stem for {episode.task_id!r}")
     return stem
-
-
-def named_side(stem: LessonStem, lesson: str) -> str | None:
-    """The side (``east``/``west``) of the stem's choice that ``lesson`` ends with, if any.
-
-    Example:
-        >>> stem = LessonStem("In the Vault the stairs are at the end of the",
-        ...                   (" east branch.", " west branch."))
-        >>> named_side(stem, stem.opening + stem.choices[1]), named_side(stem, "what?")
-        ('west', None)
-    """
-    for choice in stem.choices:
-        if lesson.endswith(choice):
-            return choice.split()[0]
-    return None
 
 
 def choice_scores(
@@ -293,9 +279,9 @@ def _reinforced_step(
     """The extractor writes a lesson about each episode, each is credited by the rung (one
     use, won when it names the target side), and the extractor takes its update."""
     for episode in batch:
-        stem = _stem(episode)
+        named_choice = family_spec(episode.env_family).lessons.named_choice  # type: ignore[union-attr]
         for lesson_id in extractor.write(episode, update):
-            named = named_side(stem, manager.get_one(lesson_id).text)
+            named = named_choice(manager.get_one(lesson_id).text)
             manager.report_outcome([lesson_id], won=named == rung.target(episode))
     ready = extractor.ready_samples(update)
     return extractor.update(ready, update) if ready else {}
@@ -352,6 +338,5 @@ __all__ = [
     "climb",
     "evaluate",
     "ladder_table",
-    "named_side",
     "stairs_side",
 ]

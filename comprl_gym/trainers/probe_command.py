@@ -1,7 +1,7 @@
 """``comprl-gym probe``: the extractor probe on a saved run's extractors, or on a model.
 
 ``comprl-gym probe --run DIR`` gives a family's committed probe episodes
-(:mod:`comprl_gym.evaluation.probe`) to the run's trained extractor (its newest checkpoint),
+(:mod:`comprl_gym.lessons.probe`) to the run's trained extractor (its newest checkpoint),
 its frozen one (the same model with the weights it started from) and the scripted
 outcome-aware rule (the ceiling), and prints P(right | won) and P(right | lost) of each;
 ``--extractor MODEL`` probes a model no run trained; ``--out FILE`` keeps every lesson, with
@@ -95,9 +95,9 @@ def run_extractors(
 def _cmd_probe(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from comprl_gym.evaluation.probe import ScriptedRule, can_probe, probe_table
     from comprl_gym.evaluation.provenance import model_weights
     from comprl_gym.families import family_specs
+    from comprl_gym.lessons.probe import ScriptedRule, can_probe, probe_table
     from comprl_gym.trainers.probing import ExtractorWriter, probe_reports, probed_families
     from comprl_gym.utils import atomic_write_json, jsonable, writes_to_stdout
 

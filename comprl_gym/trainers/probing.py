@@ -1,6 +1,6 @@
 """The extractor probe for trainers' extractors, as training logs it.
 
-:mod:`comprl_gym.evaluation.probe` scores any lesson writer on a family's committed probe
+:mod:`comprl_gym.lessons.probe` scores any lesson writer on a family's committed probe
 episodes (P(right | won), P(right | lost)); this module gives it the trainers' extractors:
 
 * :class:`ExtractorWriter` lets an :class:`~comprl_gym.trainers.extractor.ExperienceExtractor`
@@ -19,12 +19,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from comprl_gym.evaluation.probe import ProbeReport, can_probe, load_probe_episodes, run_probe
 from comprl_gym.families import family_spec
+from comprl_gym.lessons.formats import StemFormat, stem_choice_logprobs
+from comprl_gym.lessons.probe import ProbeReport, can_probe, load_probe_episodes, run_probe
 from comprl_gym.registration import families_of
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.extractor import ExperienceExtractor
-from comprl_gym.trainers.lesson_formats import StemFormat, stem_choice_logprobs
 
 
 class ExtractorWriter:
@@ -64,7 +64,7 @@ class ExtractorWriter:
 
     def choice_logprobs(self, episode: Trajectory) -> list[tuple[str, float]] | None:
         """Each lesson the extractor could write about ``episode`` in the family's stem, with
-        the log-prob its model gives it (:func:`~comprl_gym.trainers.lesson_formats.
+        the log-prob its model gives it (:func:`~comprl_gym.lessons.formats.
         stem_choice_logprobs`); ``None`` when the extractor does not write stems or the task
         has no stem. Draws nothing."""
         extractor = self.extractor

@@ -40,14 +40,14 @@ def measures_sensitivity(env_id: str) -> bool:
     """Whether ``env_id``'s family writes the oracle lesson and every swap of :data:`SWAPS`."""
     [family] = families_of([env_id]) or [None]
     spec = family_spec(family) if family else None
-    return spec is not None and {REFERENCE, *SWAPS} <= set(spec.fixed_lesson_kinds)
+    return spec is not None and {REFERENCE, *SWAPS} <= set(spec.lessons.fixed)
 
 
 def first_action(agent: Any, env_id: str, kwargs: dict[str, Any], seed: int, lesson: str) -> str:
     """``agent``'s first action on the task of reset ``seed``, shown ``lesson`` as the one
     experience of its episode (a scratch store holding only it)."""
-    from comprl_gym.evaluation.probe import ScratchEmbedder
     from comprl_gym.experience import ExperienceConfig, ExperienceManager
+    from comprl_gym.lessons.probe import ScratchEmbedder
 
     family = families_of([env_id])[0]
     with tempfile.TemporaryDirectory(prefix="comprl-sensitivity-") as folder:

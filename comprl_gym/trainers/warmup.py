@@ -4,7 +4,7 @@ A small actor trained by GRPO alone tends to settle on one blind answer and igno
 lessons; then what the lessons do cannot be measured. ``TrainConfig.warmup`` first takes
 ``warmup.steps`` optimiser steps of cross-entropy on the actor's first reply to training tasks
 whose system prompt holds a lesson, labelled with the action a reader of the lesson takes.
-The examples are the family's (:attr:`~comprl_gym.families.FamilySpec.reading_examples`, e.g.
+The examples are the family's (:attr:`~comprl_gym.lessons.core.FamilyLessons.reading_examples`, e.g.
 :func:`comprl_gym.envs.memory.lessons.reading_examples`); each becomes the prompt the actor
 really sees at step 0 (the env reset with the example's options, the trainer's prompt
 settings, the lessons in the system message, the reply's prefill), followed by the answer's
@@ -46,12 +46,13 @@ from typing import Any
 from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages
 from comprl_gym.core import ConfigurationError
 from comprl_gym.env_factory import EnvSpec, make_env, require_registered
-from comprl_gym.families import ReadingExample, family_spec
+from comprl_gym.families import family_spec
+from comprl_gym.lessons.core import ReadingExample
 from comprl_gym.registration import ENV_TABLE
 from comprl_gym.trainers.config import TrainConfig
 from comprl_gym.trainers.losses import CrossEntropy
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
-from comprl_gym.utils import atomic_write_json, load_object
+from comprl_gym.utils import atomic_write_json
 
 #: Where the warm-up writes, under the run's output folder: the reader's weights and the record.
 WARMUP_DIR = "warmup"
@@ -72,14 +73,14 @@ def reading_examples(config: TrainConfig) -> list[tuple[str, ReadingExample]]:
         require_registered(env_id)
         entry = ENV_TABLE[env_id]
         spec = family_spec(entry.family)
-        if spec is None or not spec.reading_examples:
+        if spec is None or spec.lessons.reading_examples is None:
             raise ConfigurationError(
                 f"warmup.steps: the {entry.family!r} family ({env_id}) has no reading_examples "
                 "to warm the actor up on (set warmup.steps: 0, or leave it out of env_ids)"
             )
         # The arguments the env is made with: its registered ones, then the run's.
         kwargs = {**entry.kwargs, **config.env_kwargs.get(env_id, {})}
-        examples = load_object(spec.reading_examples)(
+        examples = spec.lessons.reading_examples(
             warmup.split, tuple(warmup.formats), warmup.sides, kwargs
         )
         out += [(env_id, example) for example in examples]

@@ -54,10 +54,12 @@ from comprl_gym.envs.memory.dungeons import (
     pool,
     rule_lesson,
 )
-from comprl_gym.envs.memory.judge import FIXED_LESSONS, fixed_lessons, judge_lesson
-from comprl_gym.envs.memory.lessons import lesson_text, neighbour
+from comprl_gym.envs.memory.judge import FIXED_LESSONS, fixed_lessons, judge_lesson, named_choice
+from comprl_gym.envs.memory.lessons import lesson_text, neighbour, reading_examples
 from comprl_gym.envs.memory.memories import STREAM_MEMORIES, coin_side, stream_memory
+from comprl_gym.envs.memory.probe import probe_episodes
 from comprl_gym.families import EnvEntry, FamilySpec, ValidationProfile, lazy_exports
+from comprl_gym.lessons.core import FamilyLessons
 
 _ENTRY_POINT = "comprl_gym.envs.memory:MemoryTextEnv"
 
@@ -96,17 +98,18 @@ SPEC = FamilySpec(
         "sign next to the start, such as a fountain, altar, sink or grave, that tells the "
         "branches apart."
     ),
-    lesson_stem="comprl_gym.envs.memory.dungeons:lesson_stem",
-    lesson_judge="comprl_gym.envs.memory.judge:judge_lesson",
-    fixed_lessons="comprl_gym.envs.memory.judge:fixed_lessons",
-    fixed_lesson_kinds=tuple(FIXED_LESSONS),
-    stream_memories="comprl_gym.envs.memory.memories:stream_memory",
-    stream_memory_kinds=tuple(STREAM_MEMORIES),
+    lessons=FamilyLessons(
+        judge=judge_lesson,
+        named_choice=named_choice,
+        stem=lesson_stem,
+        fixed=FIXED_LESSONS,
+        memories=STREAM_MEMORIES,
+        reading_examples=reading_examples,
+        probe_episodes=probe_episodes,
+    ),
     suite_content="comprl_gym.envs.memory.benchmarking:suite_content",
     suite_engines=("minihack", "nle"),
     validation=ValidationProfile(solution_texts=benchmarking.solution_texts),
-    probe_episodes="comprl_gym.envs.memory.probe:probe_episodes",
-    reading_examples="comprl_gym.envs.memory.lessons:reading_examples",
     # test: the 64 development dungeons (test_large and sealed are the larger held-out pools)
     held_out_split="test",
     training_split="train",

@@ -50,7 +50,7 @@ import re
 from dataclasses import dataclass
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.families import LessonStem
+from comprl_gym.lessons.core import LessonStem
 
 #: Bump when the generated dungeons change (names, sides, landmarks, des-files). Adding the
 #: ``test_large`` and ``sealed`` pools did not: the earlier dungeons are as they were.
@@ -441,7 +441,7 @@ def oracle_lesson(task: int | str) -> str:
 
 def lesson_stem(task: int | str) -> LessonStem | None:
     """The oracle lesson with its one fact, the side, left blank: what the ``stem`` extractor
-    fills (the family's :attr:`~comprl_gym.families.FamilySpec.lesson_stem`). ``None`` for a
+    fills (the family's :attr:`~comprl_gym.lessons.core.FamilyLessons.stem`). ``None`` for a
     task that names no dungeon.
 
     Example:

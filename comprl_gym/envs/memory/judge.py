@@ -1,6 +1,6 @@
 """What the memory family knows about lessons: which are right, and the fixed ones it can write.
 
-:func:`judge_lesson` is the family's :attr:`~comprl_gym.families.FamilySpec.lesson_judge`: the
+:func:`judge_lesson` is the family's :attr:`~comprl_gym.lessons.core.FamilyLessons.judge`: the
 dungeon a lesson is about is the first dungeon named in its text (longest names first, so no
 name is read as a shorter one it contains; with or without its article, in any case, or as
 its task-id slug ``vault-of-marrow``), and the fact it states is the word ``east`` or
@@ -9,7 +9,7 @@ title may name a side without stating it). A lesson is ``right`` when it names o
 stairs' side of its dungeon, ``wrong`` when it names only the other side, ``both`` or
 ``neither``.
 
-:func:`fixed_lessons` is its :attr:`~comprl_gym.families.FamilySpec.fixed_lessons`: the
+:func:`fixed_lessons` is its :attr:`~comprl_gym.lessons.core.FamilyLessons.fixed`: the
 ``oracle``, ``inverted`` and ``placebo`` lessons of :mod:`.dungeons` about one dungeon, and
 the landmark variant's ``rule``, ``inverted_rule`` and ``rule_placebo``.
 
@@ -42,7 +42,7 @@ from comprl_gym.envs.memory.dungeons import (
     rule_lesson,
     slug,
 )
-from comprl_gym.families import LessonVerdict
+from comprl_gym.lessons.core import LessonVerdict
 
 #: The store's heading of an experience's content (``## Title: ...`` comes before it).
 CONTENT_HEADING = "## Content:"
@@ -63,7 +63,7 @@ def _landmark_rule(rule: Callable[[], str]) -> Callable[[int | str], str]:
     return lesson
 
 
-#: The fixed lessons, by kind (:attr:`~comprl_gym.families.FamilySpec.fixed_lesson_kinds`):
+#: The fixed lessons, by kind (:attr:`~comprl_gym.lessons.core.FamilyLessons.fixed`):
 #: each dungeon's own fact (oracle, inverted, placebo) and the landmark variant's one rule
 #: (rule, inverted_rule, rule_placebo), the lesson that could help at a first visit.
 FIXED_LESSONS = {
@@ -109,8 +109,7 @@ def judge_lesson(text: str) -> LessonVerdict:
     if found is None:
         return LessonVerdict(task_id=None, verdict="neither")
     named = dungeon(re.sub(r"\s+", " ", found.group(0)))
-    content = text.split(CONTENT_HEADING)[-1].lower()
-    said = set(re.findall(r"\b(east|west)\b", content))
+    said = _sides_said(text)
     if not said:
         verdict = "neither"
     elif len(said) == 2:
@@ -118,6 +117,25 @@ def judge_lesson(text: str) -> LessonVerdict:
     else:
         verdict = "right" if said == {named.side} else "wrong"
     return LessonVerdict(task_id=named.index, verdict=verdict)
+
+
+def _sides_said(text: str) -> set[str]:
+    """The sides (``east``, ``west``) the content of ``text`` names."""
+    content = text.split(CONTENT_HEADING)[-1].lower()
+    return set(re.findall(r"\b(east|west)\b", content))
+
+
+def named_choice(text: str) -> str | None:
+    """The side a lesson names: ``east`` or ``west`` when its content (as
+    :func:`judge_lesson` reads it) names exactly one, else ``None``. What a lesson says,
+    whichever dungeon it is about and whether it is right.
+
+    Example:
+        >>> named_choice(oracle_lesson("fork/vault-of-marrow")), named_choice("east or west?")
+        ('west', None)
+    """
+    said = _sides_said(text)
+    return next(iter(said)) if len(said) == 1 else None
 
 
 def fixed_lessons(kind: str, task_id: int | str) -> str:
@@ -134,4 +152,4 @@ def fixed_lessons(kind: str, task_id: int | str) -> str:
     return FIXED_LESSONS[kind](task_id)
 
 
-__all__ = ["CONTENT_HEADING", "FIXED_LESSONS", "fixed_lessons", "judge_lesson"]
+__all__ = ["CONTENT_HEADING", "FIXED_LESSONS", "fixed_lessons", "judge_lesson", "named_choice"]

@@ -4,7 +4,7 @@ The reading warm-up (:mod:`comprl_gym.trainers.warmup`, ``TrainConfig.warmup``) 
 actor to follow a lesson before reinforcement learning starts: each example is a training
 dungeon's first prompt with a lesson in its system message, labelled with the side a reader
 of that lesson takes. :func:`reading_examples` is the family's
-:attr:`~comprl_gym.families.FamilySpec.reading_examples` hook; :func:`lesson_text` writes a
+:attr:`~comprl_gym.lessons.core.FamilyLessons.reading_examples` hook; :func:`lesson_text` writes a
 lesson in one format, :func:`neighbour` finds the dungeon whose record a memory would show
 for a dungeon it holds none about.
 
@@ -34,7 +34,7 @@ from comprl_gym.envs.memory.dungeons import (
     rule_lesson,
     task_text,
 )
-from comprl_gym.families import ReadingExample
+from comprl_gym.lessons.core import ReadingExample
 
 #: The lesson formats the reading warm-up can show: the oracle's sentence; what the exemplar
 #: memory stores after a straight win (the task and the winning moves); what the case memory
@@ -64,7 +64,7 @@ def lesson_text(
     ``side`` (default: the dungeon's own side): ``"oracle"`` (the benchmark's sentence),
     ``"inverted"`` (its opposite), ``"exemplar"`` (what the exemplar memory stores after a
     straight win: the task and the winning moves,
-    :func:`~comprl_gym.experience.exemplar.exemplar_lesson`), ``"lost_case"`` (what the
+    :func:`~comprl_gym.lessons.exemplar.exemplar_lesson`), ``"lost_case"`` (what the
     case memory stores after a loss: the task and the one step into the wrong branch; the
     side to take is the other one) or ``"rule"`` (the landmark variant's rule, or its inversion
     when ``side`` is not the dungeon's: the same words in every dungeon). ``variant`` is the
@@ -103,7 +103,7 @@ def lesson_text(
 
 
 def case_record(task: str, actions: list[str], outcome: str) -> str:
-    """The text :func:`comprl_gym.experience.exemplar.exemplar_lesson` stores for an episode of
+    """The text :func:`comprl_gym.lessons.exemplar.exemplar_lesson` stores for an episode of
     ``task`` that ``outcome`` (won / lost) with ``actions``. Written out here because an env
     family sits below the experience package (tests/test_imports.py); a test holds the two
     equal (tests/test_trainers_warmup.py)."""

@@ -21,9 +21,9 @@ and only the information differs:
 
 Each memory is an object with ``name`` and ``lesson(episode)``, which returns the lesson it
 stores for a finished episode (``{"title", "description", "content"}``) or ``None``. The
-family's :attr:`~comprl_gym.families.FamilySpec.stream_memories` hook (:func:`stream_memory`)
+family's :attr:`~comprl_gym.lessons.core.FamilyLessons.memories` hook (:func:`stream_memory`)
 makes them; the stream stores each lesson as the no-model memories of
-:mod:`comprl_gym.experience.memories` store theirs (provenance: the episode, the memory's name
+:mod:`comprl_gym.lessons.memories` store theirs (provenance: the episode, the memory's name
 as the policy version; counts of episodes and declines). An env family sits below the
 experience package (``tests/test_imports.py``), so it writes the lessons, never the store.
 
@@ -55,6 +55,7 @@ from typing import Any, ClassVar
 from comprl_gym.core import ConfigurationError
 from comprl_gym.envs.memory.dungeons import SIDES, dungeon, other_side
 from comprl_gym.envs.memory.lessons import case_record, lesson_text
+from comprl_gym.lessons.core import lesson_title, outcome_title
 
 #: Each move and its mirror image (east and west swapped): the same walk in the other hall.
 MIRROR: dict[str, str] = {
@@ -105,12 +106,6 @@ def side_shown(episode: Any) -> str | None:
     return horizontal[0]
 
 
-def stem_title(episode: Any) -> str:
-    """The title the ``stem`` (and ``plain``) extractor gives its lessons: the family and the
-    start of the task (:class:`comprl_gym.trainers.lesson_formats.PlainFormat`)."""
-    return f"{episode.env_family}: {episode.task[:80]}"
-
-
 class CoinMemory:
     """``coin``: after every episode, the oracle's sentence with the coin's side."""
 
@@ -122,7 +117,7 @@ class CoinMemory:
     def lesson(self, episode: Any) -> dict[str, str] | None:
         side = coin_side(self.seed, episode.task_id)
         sentence = lesson_text("oracle", dungeon(episode.task_id).index, side=side)
-        return {"title": stem_title(episode), "description": "", "content": sentence}
+        return {"title": lesson_title(episode), "description": "", "content": sentence}
 
 
 class CoinExemplarMemory(CoinMemory):
@@ -138,7 +133,7 @@ class CoinExemplarMemory(CoinMemory):
         if walked != coin_side(self.seed, episode.task_id):
             actions = [MIRROR.get(a.lower(), a) for a in actions]
         content = case_record(episode.task, actions, "won")
-        return {"title": f"{episode.env_family}: won", "description": "", "content": content}
+        return {"title": outcome_title(episode), "description": "", "content": content}
 
 
 class OutcomeAwareMemory(CoinMemory):
@@ -151,10 +146,10 @@ class OutcomeAwareMemory(CoinMemory):
         if side is None:
             return None
         sentence = lesson_text("oracle", dungeon(episode.task_id).index, side=side)
-        return {"title": stem_title(episode), "description": "", "content": sentence}
+        return {"title": lesson_title(episode), "description": "", "content": sentence}
 
 
-#: The scripted memories by arm name (:attr:`~comprl_gym.families.FamilySpec.stream_memory_kinds`).
+#: The scripted memories by arm name (:attr:`~comprl_gym.lessons.core.FamilyLessons.memories`).
 STREAM_MEMORIES: dict[str, type[CoinMemory]] = {
     "coin": CoinMemory,
     "coin_exemplar": CoinExemplarMemory,
@@ -164,7 +159,7 @@ STREAM_MEMORIES: dict[str, type[CoinMemory]] = {
 
 def stream_memory(name: str, seed: int = 0) -> CoinMemory:
     """A fresh scripted memory called ``name`` for the stream of ``seed`` (the family's
-    :attr:`~comprl_gym.families.FamilySpec.stream_memories` hook)."""
+    :attr:`~comprl_gym.lessons.core.FamilyLessons.memories` hook)."""
     if name not in STREAM_MEMORIES:
         raise ConfigurationError(
             f"the memory family has no scripted memory {name!r} "
@@ -181,6 +176,5 @@ __all__ = [
     "OutcomeAwareMemory",
     "coin_side",
     "side_shown",
-    "stem_title",
     "stream_memory",
 ]

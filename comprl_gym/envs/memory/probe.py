@@ -6,8 +6,8 @@
 west, so every dungeon has one won and one lost episode and the probe covers both sides x both
 outcomes. ``scripts/make_probe_episodes.py`` wrote it; :func:`probe_episodes` reads it back as
 ``Trajectory.to_dict`` records (the family's
-:attr:`~comprl_gym.families.FamilySpec.probe_episodes` hook), which
-:mod:`comprl_gym.evaluation.probe` turns into :class:`~comprl_gym.rollouts.Trajectory`
+:attr:`~comprl_gym.lessons.core.FamilyLessons.probe_episodes` hook), which
+:mod:`comprl_gym.lessons.probe` turns into :class:`~comprl_gym.rollouts.Trajectory`
 objects and gives to an extractor.
 
 Example:

@@ -6,7 +6,7 @@ that won it. A trained extractor has to beat this to be worth its weights, so th
 With ``keep_losses`` it keeps what failed as well (the task and the actions that lost it):
 an actor whose blind guess already wins the dungeons it wins learns nothing from its own
 wins, but can learn from a recorded loss which way not to go. The memories that store these
-lessons (no model, nothing to train) are :mod:`comprl_gym.experience.memories`.
+lessons (no model, nothing to train) are :mod:`comprl_gym.lessons.memories`.
 
 Example:
     >>> exemplar_lesson("You are in the Vault of Marrow. Find the stairs.", ["west", "west"], True)

@@ -2,7 +2,7 @@
 
 The memory-agent literature's simplest memories keep cases. :class:`ExemplarMemory` keeps what
 worked: a won episode's task and the actions that won it
-(:func:`~comprl_gym.experience.exemplar.exemplar_lesson`). :class:`CasesMemory` keeps what
+(:func:`~comprl_gym.lessons.exemplar.exemplar_lesson`). :class:`CasesMemory` keeps what
 failed as well (the task and the actions that lost it): an actor whose blind guess already
 wins the tasks it wins learns nothing from its own wins, but can learn from a recorded loss
 which way not to go. Neither loads a model or trains anything; a trained extractor has to beat
@@ -36,8 +36,9 @@ from __future__ import annotations
 from typing import Any
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.experience.exemplar import exemplar_lesson
 from comprl_gym.experience.records import Provenance
+from comprl_gym.lessons.core import outcome_title
+from comprl_gym.lessons.exemplar import exemplar_lesson
 
 
 class ExemplarMemory:
@@ -66,8 +67,7 @@ class ExemplarMemory:
         content = exemplar_lesson(episode.task, actions, episode.won, self.keep_losses)
         if content is None:
             return None
-        outcome = "won" if episode.won else "lost"
-        return {"title": f"{episode.env_family}: {outcome}", "description": "", "content": content}
+        return {"title": outcome_title(episode), "description": "", "content": content}
 
     def learn(self, episode: Any, manager: Any, actor_step: int = 0) -> list[int]:
         """Store ``episode``'s lesson through ``manager``; return the ids written (none when it

@@ -12,7 +12,7 @@ quality gate, provenance, counts, keeping the sample for training) is the extrac
   ``<answer>`` (:mod:`comprl_gym.experience.operations`).
 * :class:`PlainFormat` (``plain``): one sentence of advice, stored as it is (tiny models).
 * :class:`StemFormat` (``stem``): that sentence opened by the family's lesson stem
-  (:attr:`~comprl_gym.families.FamilySpec.lesson_stem`), so the model writes only the fact:
+  (:attr:`~comprl_gym.lessons.core.FamilyLessons.stem`), so the model writes only the fact:
   one choice among the stem's, which CISPO's credit can reward or punish.
 
 :func:`lesson_format` is the one place a name becomes a format; :func:`lesson_format_for_run`
@@ -47,7 +47,8 @@ from comprl_gym.experience.operations import (
 )
 from comprl_gym.experience.records import Provenance
 from comprl_gym.experience.search_and_ask import SearchAndAskSyntax
-from comprl_gym.families import LessonStem, family_spec
+from comprl_gym.families import family_spec
+from comprl_gym.lessons.core import LessonStem, lesson_title
 from comprl_gym.registration import families_of
 from comprl_gym.rollouts import Trajectory
 
@@ -224,7 +225,7 @@ class PlainFormat:
         """The draft of one sentence: an ``add`` of it, or unreadable when there is none."""
         if lesson is None:
             return Draft(generation, None)
-        title = f"{episode.env_family}: {episode.task[:80]}"
+        title = lesson_title(episode)
         return Draft(generation, [Operation("add", (), ExperienceText(title, "", lesson))])
 
     def gate_text(self, operation: Operation) -> str:
@@ -249,14 +250,14 @@ class PlainFormat:
 class StemFormat(PlainFormat):
     """The plain sentence with the family's lesson stem as its opening: the model samples one
     token, the first of one of the stem's choices. A family without a stem is refused
-    (:meth:`check`); a task its family has no stem for (its ``lesson_stem`` returns ``None``)
+    (:meth:`check`); a task its family has no stem for (its ``lessons.stem`` returns ``None``)
     is written as a plain sentence."""
 
     name: ClassVar[str] = "stem"
 
     def check(self, family: str) -> None:
         spec = family_spec(family)
-        if spec is None or not spec.lesson_stem:
+        if spec is None or spec.lessons.stem is None:
             raise ConfigurationError(
                 f"experience.extractor_format 'stem' needs a family with a lesson stem; "
                 f"family {family!r} has none (use 'plain' or 'operations')"

@@ -5,7 +5,7 @@ every loss; one that always names the same side is right half the time either wa
 has learnt the rule the memory family rewards ("the side walked if the episode was won, else
 the other"). The probe tells them apart: it gives a writer a fixed, committed set of held-out
 episodes covering both sides x both outcomes (the family's
-:attr:`~comprl_gym.families.FamilySpec.probe_episodes`, e.g.
+:attr:`~comprl_gym.lessons.core.FamilyLessons.probe_episodes`, e.g.
 ``comprl_gym/envs/memory/probe_episodes.json``), judges what it wrote about each with the
 family's lesson judge (:meth:`~comprl_gym.families.FamilySpec.judge`) and reports P(right |
 won) and P(right | lost) with Wilson intervals, plus how many lessons named no side, both
@@ -45,9 +45,9 @@ import numpy as np
 
 from comprl_gym.core import ConfigurationError
 from comprl_gym.evaluation.stats import Interval, mean_ci, wilson_interval
-from comprl_gym.families import VERDICTS, FamilySpec, LessonStem, family_spec
+from comprl_gym.families import FamilySpec, family_spec
+from comprl_gym.lessons.core import VERDICTS, LessonStem, episode_verdict, lesson_title
 from comprl_gym.rollouts import Trajectory
-from comprl_gym.utils import load_object
 
 #: What the probe says of one episode: the judge's verdicts on the lessons written about it
 #: (``right``, ``wrong``, ``both``, ``neither``), ``other_task`` when every lesson written is
@@ -82,16 +82,16 @@ def family_of(family: str | FamilySpec) -> FamilySpec:
 def can_probe(family: str | FamilySpec) -> bool:
     """Whether ``family`` has both a lesson judge and probe episodes."""
     spec = family_of(family)
-    return bool(spec.lesson_judge and spec.probe_episodes)
+    return spec.lessons.judge is not None and spec.lessons.probe_episodes is not None
 
 
 def load_probe_episodes(family: str | FamilySpec) -> list[Trajectory]:
     """The family's committed probe episodes as :class:`~comprl_gym.rollouts.Trajectory`
-    records (its :attr:`~comprl_gym.families.FamilySpec.probe_episodes` hook)."""
+    records (its :attr:`~comprl_gym.lessons.core.FamilyLessons.probe_episodes` hook)."""
     spec = family_of(family)
-    if not spec.probe_episodes:
+    if spec.lessons.probe_episodes is None:
         raise ConfigurationError(f"family {spec.name!r} has no probe episodes")
-    return [Trajectory.from_dict(record) for record in load_object(spec.probe_episodes)()]
+    return [Trajectory.from_dict(record) for record in spec.lessons.probe_episodes()]
 
 
 def walked(episode: Trajectory) -> str:
@@ -113,7 +113,7 @@ def _choice_of(stem: LessonStem, action: str) -> int:
 
 class ScriptedRule:
     """A lesson writer without a model: fills the family's lesson stem (the oracle-lesson
-    format, :attr:`~comprl_gym.families.FamilySpec.lesson_stem`) with the choice ``pick``
+    format, :attr:`~comprl_gym.lessons.core.FamilyLessons.stem`) with the choice ``pick``
     makes from the episode, and adds it to the store it is given.
 
     ``pick(episode, stem)`` returns the index of a choice; the constructors below are the rules
@@ -171,7 +171,7 @@ class ScriptedRule:
         """Add the rule's lesson about ``episode`` to ``into``; returns its id."""
         stem = self._stem(episode)
         lesson = stem.opening + stem.choices[self.pick(episode, stem)]
-        item = {"title": f"{episode.env_family}: {episode.task[:80]}", "description": ""}
+        item = {"title": lesson_title(episode), "description": ""}
         return into.add([{**item, "content": lesson}], env_family=episode.env_family)
 
 
@@ -194,34 +194,6 @@ class ProbeVerdict:
     p_right: float | None = None
     #: The judge's verdict on the writer's most probable choice (``None`` as for ``p_right``).
     greedy: str | None = None
-
-
-def episode_verdict(judgements: list[Any], task: Any) -> str:
-    """One episode's verdict from the judge's :class:`~comprl_gym.families.LessonVerdict` of
-    each lesson written about it. ``task`` is the episode's task as the judge names it (its
-    verdict on the episode's task text; ``None`` when it names none, and then every lesson
-    counts). Lessons about another task are set aside (``other_task`` if nothing else is
-    left); among the rest, ``both`` when some say right and some wrong (or one says both), else
-    the verdict they share (``right``, ``wrong``), else ``neither``.
-
-    Example:
-        >>> from comprl_gym.families import LessonVerdict as V
-        >>> episode_verdict([V(3, "right"), V(None, "neither")], 3)
-        'right'
-        >>> episode_verdict([V(3, "right"), V(3, "wrong")], 3)
-        'both'
-        >>> episode_verdict([V(4, "right")], 3), episode_verdict([], 3)
-        ('other_task', 'nothing')
-    """
-    if not judgements:
-        return "nothing"
-    mine = [j.verdict for j in judgements if None in (j.task_id, task) or j.task_id == task]
-    if not mine:
-        return "other_task"
-    said = set(mine) - {"neither"}
-    if "both" in said or {"right", "wrong"} <= said:
-        return "both"
-    return next(iter(said)) if said else "neither"
 
 
 @dataclass
@@ -379,7 +351,7 @@ def run_probe(
         try:
             for episode in episodes:
                 spec = family_of(episode.env_family)
-                if not spec.lesson_judge:
+                if spec.lessons.judge is None:
                     raise ConfigurationError(f"family {spec.name!r} has no lesson judge")
                 ids = writer.write(episode, actor_step, into=scratch)
                 texts = tuple(e.text for e in scratch.get([int(i) for i in ids]))
