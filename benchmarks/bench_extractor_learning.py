@@ -311,7 +311,7 @@ def scripted_training_episodes() -> list:
     """Every ``train`` dungeon walked once east and once west by the probe's scripted walker
     (one won, one lost each): the perfect-credit diagnostic's episodes, played like the
     probe's but on the training pool."""
-    from comprl_gym.envs.memory.probe import walked_both_ways
+    from comprl_gym.lessons.probe import walked_both_ways
 
     episodes = walked_both_ways("train")
     for episode in episodes:

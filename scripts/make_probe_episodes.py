@@ -25,8 +25,8 @@ from comprl_gym.envs.memory.probe import (
     PROBE_ENV_KWARGS,
     PROBE_FILE,
     PROBE_SPLIT,
-    walked_both_ways,
 )
+from comprl_gym.lessons.probe import walked_both_ways
 from comprl_gym.utils import atomic_write_json
 
 #: Fields of a trajectory that measure the machine, not the episode.

@@ -99,6 +99,37 @@ def walked(episode: Trajectory) -> str:
     return episode.turns[0].action if episode.turns else ""
 
 
+def walked_both_ways(split: str, dungeons: Iterable[int] | None = None) -> list[Any]:
+    """Each memory dungeon of ``split`` (or just ``dungeons``) played on the probe's env by a
+    :class:`~comprl_gym.envs.memory.probe.WalkAgent` east, then west: one won and one lost
+    :class:`~comprl_gym.rollouts.Trajectory` each, with ``meta["walked"]`` and episode ids
+    ``walked-<task id>-<side>``. The probe's episodes are these on :data:`~comprl_gym.envs.memory.probe.PROBE_DUNGEONS`;
+    the known-answer ladder trains on them on ``train``."""
+    import gymnasium as gym
+
+    from comprl_gym.envs.memory.dungeons import SIDES, dungeon, pool
+    from comprl_gym.envs.memory.probe import PROBE_ENV_ID, PROBE_ENV_KWARGS, WalkAgent
+    from comprl_gym.rollouts import run_episode
+
+    env = gym.make(PROBE_ENV_ID, **{**PROBE_ENV_KWARGS, "split": split})
+    episodes = []
+    try:
+        for index in pool(split) if dungeons is None else dungeons:
+            task_id = dungeon(index).task_id("fork")
+            for side in SIDES:
+                episode = run_episode(
+                    env, WalkAgent(side), seed=index, options={"task_id": task_id}
+                )
+                if episode.error:
+                    raise RuntimeError(f"walking {task_id} {side} failed: {episode.error}")
+                episode.episode_id = f"walked-{task_id}-{side}"
+                episode.meta = {"walked": side, "group": index}
+                episodes.append(episode)
+    finally:
+        env.close()
+    return episodes
+
+
 # ---------------------------------------------------------------------------- scripted rules
 def _choice_of(stem: LessonStem, action: str) -> int:
     """The index of the stem's choice that names ``action`` as a word."""
@@ -416,6 +447,7 @@ def probe_table(reports: Iterable[ProbeReport]) -> str:
 
 
 __all__ = [
+    "walked_both_ways",
     "COUNT_METRICS",
     "PROBE_VERDICTS",
     "LessonWriter",

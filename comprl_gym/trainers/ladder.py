@@ -206,8 +206,8 @@ def climb(
     :meth:`~comprl_gym.trainers.extractor.ExperienceExtractor.update` takes its CISPO step.
     ``supervised`` takes a cross-entropy step on the target choice of the same episodes.
     """
-    from comprl_gym.envs.memory.probe import walked_both_ways
     from comprl_gym.experience import ExperienceConfig, ExperienceManager
+    from comprl_gym.lessons.probe import walked_both_ways
     from comprl_gym.seeding import seed_everything
     from comprl_gym.trainers.base import policy_backend
     from comprl_gym.trainers.extractor import ExperienceExtractor

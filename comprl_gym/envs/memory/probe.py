@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -72,35 +71,6 @@ class WalkAgent:
         return self.side
 
 
-def walked_both_ways(split: str, dungeons: Iterable[int] | None = None) -> list[Any]:
-    """Each dungeon of ``split`` (or just ``dungeons``) played on the probe's env by a
-    :class:`WalkAgent` east, then west: one won and one lost
-    :class:`~comprl_gym.rollouts.Trajectory` each, with ``meta["walked"]`` and episode ids
-    ``walked-<task id>-<side>``. The probe's episodes are these on :data:`PROBE_DUNGEONS`;
-    the known-answer ladder trains on them on ``train``."""
-    import gymnasium as gym
-
-    from comprl_gym.rollouts import run_episode
-
-    env = gym.make(PROBE_ENV_ID, **{**PROBE_ENV_KWARGS, "split": split})
-    episodes = []
-    try:
-        for index in pool(split) if dungeons is None else dungeons:
-            task_id = dungeon(index).task_id("fork")
-            for side in SIDES:
-                episode = run_episode(
-                    env, WalkAgent(side), seed=index, options={"task_id": task_id}
-                )
-                if episode.error:
-                    raise RuntimeError(f"walking {task_id} {side} failed: {episode.error}")
-                episode.episode_id = f"walked-{task_id}-{side}"
-                episode.meta = {"walked": side, "group": index}
-                episodes.append(episode)
-    finally:
-        env.close()
-    return episodes
-
-
 def probe_episodes() -> list[dict[str, Any]]:
     """The committed probe episodes as ``Trajectory.to_dict`` records (read-only data).
 
@@ -122,7 +92,6 @@ def probe_episodes() -> list[dict[str, Any]]:
 __all__ = [
     "PER_SIDE",
     "WalkAgent",
-    "walked_both_ways",
     "PROBE_DUNGEONS",
     "PROBE_ENV_ID",
     "PROBE_ENV_KWARGS",
