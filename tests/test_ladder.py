@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from comprl_gym.evaluation.probe import load_probe_episodes
+from comprl_gym.lessons.probe import load_probe_episodes
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
 from comprl_gym.trainers.ladder import EXTRACTOR_RUNGS, climb
 
