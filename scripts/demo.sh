@@ -16,6 +16,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# glibc's malloc: a fixed 1 MiB mmap threshold, so that a freed tensor of 1 MiB or more goes
+# back to the system at once. By default the threshold grows with every such free, after which
+# a training step's activations land on the heap and stay resident once freed (the training
+# process then held 12.1 GiB; benchmarks/results/demo_memory.json). Allocation only: no number
+# changes.
+export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-1048576}
+export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-1048576}
 READER=assets/memory-reader/reader.pt
 if [ ! -f "$READER" ]; then
     echo "the reader $READER is absent: rebuilding it (about 30 minutes on 2 cores)"
