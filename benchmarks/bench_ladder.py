@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -107,6 +108,47 @@ def plot(results: list[RungResult], path: Path) -> None:
     plt.close(fig)
 
 
+#: A progress line ``run`` prints at each evaluation.
+PROGRESS = re.compile(
+    r"^  (?P<rung>\w+) (?P<variant>[\w.-]+) update (?P<updates>\d+): greedy (?P<right>\d+)/"
+    r"(?P<episodes>\d+), P\(target\) (?P<p>[\d.]+), entropy (?P<entropy>[\d.]+) \((?P<t>\d+) s\)$"
+)
+
+
+def from_log(path: Path, seed: int) -> list[dict]:
+    """The curves of runs stopped before they wrote their result (killed for time), read back
+    from the progress lines they printed: their evaluations as printed (two decimals), marked
+    ``stopped``. The update-0 evaluation is not printed, so a curve starts at update 5."""
+    curves: dict[tuple[str, str], list[dict]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = PROGRESS.match(line)
+        if match:
+            curves.setdefault((match["rung"], match["variant"]), []).append(match.groupdict())
+    rows = []
+    for (rung, variant), points in curves.items():
+        learner, overrides = VARIANTS[variant]
+        curve = [
+            LadderPoint(
+                int(p["updates"]),
+                int(p["right"]),
+                int(p["episodes"]),
+                float(p["p"]),
+                float(p["entropy"]),
+            )
+            for p in points
+        ]
+        result = RungResult(rung, learner, {"variant": variant, "overrides": overrides}, curve)
+        result.time_s = float(points[-1]["t"])
+        rows.append(
+            {
+                **result.to_dict(),
+                "seed": seed,
+                "stopped": f"killed after update {curve[-1].updates}: read from its log {path.name}",
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rungs", default=",".join(EXTRACTOR_RUNGS))
@@ -114,14 +156,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-updates", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument(
+        "--from-log",
+        type=Path,
+        help="add the curves of runs killed before they finished, from their printed progress",
+    )
     args = parser.parse_args(argv)
-    results = run(args.rungs.split(","), args.variants.split(","), args.max_updates, args.seed)
+    if args.from_log:
+        added = from_log(args.from_log, args.seed)
+    else:
+        results = run(args.rungs.split(","), args.variants.split(","), args.max_updates, args.seed)
+        added = [{**r.to_dict(), "seed": args.seed} for r in results]
     previous = json.loads(args.out.read_text())["results"] if args.out.exists() else []
-    fresh = {(r.rung, r.settings["variant"], args.seed) for r in results}
+    fresh = {(r["rung"], r["settings"]["variant"], args.seed) for r in added}
     kept = [
         r for r in previous if (r["rung"], r["settings"]["variant"], r.get("seed", 0)) not in fresh
     ]
-    rows = kept + [{**r.to_dict(), "seed": args.seed} for r in results]
+    rows = kept + added
     atomic_write_json(
         args.out,
         {
