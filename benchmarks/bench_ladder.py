@@ -44,6 +44,11 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # Scored as sampled: temperature 1.5 over the two choices only.
     "sampled": ("rl", ["extractor.score=sampled"]),
     "sampled-lr5e-4": ("rl", ["extractor.score=sampled", "extractor.lr=5e-4"]),
+    # With an entropy bonus against the collapse.
+    "sampled-lr5e-4-entropy": (
+        "rl",
+        ["extractor.score=sampled", "extractor.lr=5e-4", "extractor.entropy_coef=0.1"],
+    ),
 }
 
 
