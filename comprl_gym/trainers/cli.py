@@ -80,19 +80,26 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(subparsers: Any) -> None:
-    """Add ``train`` to the ``comprl-gym`` command."""
-    p = subparsers.add_parser(
-        "train", help="train an LLM agent (GRPO, Complementary RL, baselines) from a YAML config"
+def add_config_arguments(parser: Any) -> None:
+    """``--config FILE`` and repeatable ``--set KEY=VALUE``: a TrainConfig and its overrides."""
+    parser.add_argument(
+        "--config", required=True, help="YAML file of TrainConfig keys (configs/*.yaml)"
     )
-    p.add_argument("--config", required=True, help="YAML file of TrainConfig keys (configs/*.yaml)")
-    p.add_argument(
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="override a config key, dotted for nested ones: --set actor.lr=1e-5",
     )
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``train`` and ``doctor`` to the ``comprl-gym`` command."""
+    p = subparsers.add_parser(
+        "train", help="train an LLM agent (GRPO, Complementary RL, baselines) from a YAML config"
+    )
+    add_config_arguments(p)
     p.add_argument("--output-dir", help="override output_dir")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     p.set_defaults(func=_cmd_train)
@@ -108,14 +115,7 @@ def add_commands(subparsers: Any) -> None:
             "naming the cause when a check fails."
         ),
     )
-    p.add_argument("--config", required=True, help="YAML file of TrainConfig keys (configs/*.yaml)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, dotted for nested ones: --set actor.lr=1e-5",
-    )
+    add_config_arguments(p)
     p.add_argument(
         "--updates", type=int, default=3, help="known-answer updates per model (default 3)"
     )
