@@ -203,24 +203,27 @@ def env_pool(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> Pool |
         >>> env_pool("comprl/MiniHack-Room-5x5-v0", {}) is None
         True
     """
-    spec = _family_of(env_id)
-    if spec is None or not spec.held_out_split:
-        return None
-    given = (env_kwargs or {}).get("split")
-    split = str(given) if given is not None else spec.held_out_split
-    return Pool(split, split != spec.training_split, "given" if given is not None else "default")
+    return _pool(env_id, env_kwargs, unsplit="default")
 
 
 def recorded_pool(env_id: str, env_kwargs: Mapping[str, Any] | None) -> Pool | None:
     """The pool a finished run played, from the ``env_kwargs`` it recorded: without a
     ``split`` there, the env's own default, the training pool (runs before held-out defaults
     recorded none)."""
+    return _pool(env_id, env_kwargs, unsplit="env")
+
+
+def _pool(env_id: str, env_kwargs: Mapping[str, Any] | None, unsplit: str) -> Pool | None:
+    """The pool of ``env_kwargs``' ``split``; without one, the family's held-out pool
+    (``unsplit="default"``: what a run plays now) or its training pool (``"env"``: what a run
+    that recorded no split played)."""
     spec = _family_of(env_id)
     if spec is None or not spec.held_out_split:
         return None
     given = (env_kwargs or {}).get("split")
-    split = str(given) if given is not None else spec.training_split
-    return Pool(split, split != spec.training_split, "given" if given is not None else "env")
+    fallback = spec.held_out_split if unsplit == "default" else spec.training_split
+    split = str(given) if given is not None else fallback
+    return Pool(split, split != spec.training_split, "given" if given is not None else unsplit)
 
 
 def held_out_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -359,10 +359,9 @@ def test_the_experience_augmented_form_is_served_as_in_process(tmp_path):
     manager.close()
 
 
-class _SlowEnv(gym.Env):
-    """A text env whose ``slow`` action blocks for :attr:`STEP_S`: a long call in flight."""
+class _CountedEnv(gym.Env):
+    """A text env that counts the instances made and closed of its class."""
 
-    STEP_S = 2.0
     made = 0
     closed = 0
 
@@ -373,6 +372,17 @@ class _SlowEnv(gym.Env):
         self.action_space = UnicodeText(max_length=64)
         type(self).made += 1
 
+    def close(self):
+        type(self).closed += 1
+
+
+class _SlowEnv(_CountedEnv):
+    """A text env whose ``slow`` action blocks for :attr:`STEP_S`: a long call in flight."""
+
+    STEP_S = 2.0
+    made = 0
+    closed = 0
+
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         return "start", {"step": 0}
@@ -381,9 +391,6 @@ class _SlowEnv(gym.Env):
         if action == "slow":
             time.sleep(self.STEP_S)
         return "moved", 0.0, False, False, {"step": 1}
-
-    def close(self):
-        type(self).closed += 1
 
 
 SLOW = "comprl-test/Slow-v0"
@@ -442,19 +449,12 @@ def test_aborted_clients_free_their_sessions_at_once_even_mid_call():
         gym.registry.pop(SLOW, None)
 
 
-class _TimedEnv(gym.Env):
+class _TimedEnv(_CountedEnv):
     """A text env whose reset sleeps ``options["delay_s"]`` and whose step ``wait:S`` sleeps S
     seconds: calls in flight of chosen lengths."""
 
     made = 0
     closed = 0
-
-    def __init__(self):
-        from comprl_gym.core import UnicodeText
-
-        self.observation_space = UnicodeText(max_length=64)
-        self.action_space = UnicodeText(max_length=64)
-        type(self).made += 1
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -465,9 +465,6 @@ class _TimedEnv(gym.Env):
         if action.startswith("wait:"):
             time.sleep(float(action[5:]))
         return "moved", 0.0, False, False, {"step": 1}
-
-    def close(self):
-        type(self).closed += 1
 
 
 TIMED = "comprl-test/Timed-v0"
