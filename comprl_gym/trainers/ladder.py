@@ -46,7 +46,7 @@ import torch
 from comprl_gym.core import ConfigurationError
 from comprl_gym.families import family_spec
 from comprl_gym.lessons.core import LessonStem
-from comprl_gym.lessons.formats import stem_prompt
+from comprl_gym.lessons.formats import stem_choice_logprobs, stem_prompt
 from comprl_gym.lessons.probe import load_probe_episodes, walked
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
@@ -139,30 +139,21 @@ def _stem(episode: Trajectory) -> LessonStem:
 
 
 def choice_scores(
-    optimizer: PolicyOptimizer, backend: Any, extractor_format: Any, episodes: list[Trajectory]
+    backend: Any, extractor_format: Any, episodes: list[Trajectory]
 ) -> list[dict[str, float]]:
     """Per episode, the model's probability of each side where the stem extractor samples
-    (temperature 1, restricted to the stem's choices), from one forward pass each."""
-    model, tokenizer = optimizer.model, optimizer.tokenizer
-    was_training = model.training
-    model.eval()
+    (temperature 1, restricted to the stem's choices): the probe's read-out,
+    :func:`~comprl_gym.lessons.formats.stem_choice_logprobs`, with no draw."""
     out = []
-    with torch.no_grad():
-        for episode in episodes:
-            stem = _stem(episode)
-            prompt, firsts = stem_prompt(backend, extractor_format.messages(episode), stem)
-            ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").to(
-                optimizer.device
-            )
-            logits = model(**ids).logits[0, -1, firsts].double()
-            probs = torch.softmax(logits, -1).tolist()
-            out.append({c.split()[0]: p for c, p in zip(stem.choices, probs)})
-    model.train(was_training)
+    for episode in episodes:
+        stem = _stem(episode)
+        logprobs = stem_choice_logprobs(backend, extractor_format.messages(episode), stem)
+        probs = torch.softmax(torch.tensor(logprobs, dtype=torch.float64), -1).tolist()
+        out.append({c.split()[0]: p for c, p in zip(stem.choices, probs)})
     return out
 
 
 def evaluate(
-    optimizer: PolicyOptimizer,
     backend: Any,
     extractor_format: Any,
     rung: Rung,
@@ -170,7 +161,7 @@ def evaluate(
     updates: int,
 ) -> LadderPoint:
     """The rung's :class:`LadderPoint` on ``episodes`` after ``updates`` updates."""
-    scores = choice_scores(optimizer, backend, extractor_format, episodes)
+    scores = choice_scores(backend, extractor_format, episodes)
     right = p_target = entropy = 0.0
     for episode, probs in zip(episodes, scores):
         target = rung.target(episode)
@@ -248,7 +239,7 @@ def climb(
             seed=seed,
         )
         try:
-            result.curve.append(evaluate(optimizer, backend, extractor.format, rung, held_out, 0))
+            result.curve.append(evaluate(backend, extractor.format, rung, held_out, 0))
             for update in range(1, max_updates + 1):
                 batch = rng.sample(won, batch_size // 2) + rng.sample(
                     lost, batch_size - batch_size // 2
@@ -258,7 +249,7 @@ def climb(
                 else:
                     stats = _supervised_step(optimizer, backend, extractor.format, rung, batch)
                 if update % eval_every == 0 or update == max_updates:
-                    point = evaluate(optimizer, backend, extractor.format, rung, held_out, update)
+                    point = evaluate(backend, extractor.format, rung, held_out, update)
                     point.update_entropy = stats.get("entropy")
                     point.reward_mean = stats.get("reward_mean")
                     result.curve.append(point)
