@@ -187,16 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": rows,
         },
     )
-    everything = [
-        RungResult(
-            r["rung"],
-            r["learner"],
-            r["settings"],
-            [LadderPoint(**p) for p in r["curve"]],
-            r["time_s"],
-        )
-        for r in rows
-    ]
+    everything = [RungResult.from_dict(r) for r in rows]
     plot(everything, args.out.with_suffix(".png"))
     print(ladder_table(everything))
     return 0

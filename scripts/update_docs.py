@@ -931,18 +931,9 @@ def second_reader_moves_table() -> str:
 def ladder_results_table() -> str:
     """The known-answer ladder (``benchmarks/results/ladder.json``): per rung and learner,
     updates to solve, the last evaluation and the time taken."""
-    from comprl_gym.trainers.ladder import LadderPoint, RungResult, ladder_table
+    from comprl_gym.trainers.ladder import RungResult, ladder_table
 
-    rows = [
-        RungResult(
-            r["rung"],
-            r["settings"].get("variant", r["learner"]),
-            r["settings"],
-            [LadderPoint(**p) for p in r["curve"]],
-            r["time_s"],
-        )
-        for r in result("ladder.json")["results"]
-    ]
+    rows = [RungResult.from_dict(r) for r in result("ladder.json")["results"]]
     return ladder_table(rows).replace("| learner |", "| learner (variant) |", 1)
 
 

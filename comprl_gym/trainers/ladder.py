@@ -120,6 +120,17 @@ class RungResult:
         """Updates at the first evaluation where every probe episode's greedy choice was right."""
         return next((p.updates for p in self.curve if p.greedy_right == p.episodes), None)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RungResult:
+        """A result as :meth:`to_dict` wrote it, labelled by its variant where it has one."""
+        return cls(
+            data["rung"],
+            data["settings"].get("variant", data["learner"]),
+            data["settings"],
+            [LadderPoint(**point) for point in data["curve"]],
+            data["time_s"],
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rung": self.rung,
