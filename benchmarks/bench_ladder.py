@@ -41,6 +41,32 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "raw": ("rl", []),
     # The same, lr 5e-4 (the perfect-credit diagnostic's).
     "raw-lr5e-4": ("rl", ["extractor.lr=5e-4"]),
+    # Sampled at temperature 3 (more of the side the model does not yet prefer), scored raw.
+    "raw-t3": ("rl", ["extractor.temperature=3.0"]),
+    # The model's own choice scored (temperature 1 over the two sides), sampled hotter.
+    "choices": ("rl", ["extractor.score=choices"]),
+    "choices-t3": ("rl", ["extractor.score=choices", "extractor.temperature=3.0"]),
+    # The same with the reference's batch baseline (r minus the batch's mean r): under the
+    # choice baseline a side that is right wherever it is given earns 0, so the rare right
+    # draw in a kind the model gets wrong teaches nothing.
+    "choices-t3-batch-lr5e-4": (
+        "rl",
+        [
+            "extractor.score=choices",
+            "extractor.temperature=3.0",
+            "extractor.lr=5e-4",
+            "experience.extractor_baseline=batch",
+        ],
+    ),
+    "choices-t3-batch-lr1e-3": (
+        "rl",
+        [
+            "extractor.score=choices",
+            "extractor.temperature=3.0",
+            "extractor.lr=1e-3",
+            "experience.extractor_baseline=batch",
+        ],
+    ),
     # Scored as sampled: temperature 1.5 over the two choices only.
     "sampled": ("rl", ["extractor.score=sampled"]),
     "sampled-lr5e-4": ("rl", ["extractor.score=sampled", "extractor.lr=5e-4"]),
@@ -65,7 +91,9 @@ def run(rungs: list[str], variants: list[str], max_updates: int, seed: int) -> l
                 print(
                     f"  {result.rung} {name} update {p.updates}: greedy {p.greedy_right}/"
                     f"{p.episodes}, P(target) {p.mean_p_target:.2f}, entropy "
-                    f"{p.mean_choice_entropy:.2f} ({time.perf_counter() - start:.0f} s)",
+                    f"{p.mean_choice_entropy:.2f} ({time.perf_counter() - start:.0f} s)\n"
+                    f"    greedy right by kind: {p.greedy_right_by_kind}; update entropy "
+                    f"{p.update_entropy}, reward mean {p.reward_mean}",
                     flush=True,
                 )
 

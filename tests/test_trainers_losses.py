@@ -546,6 +546,25 @@ def test_score_sampled_scores_the_distribution_the_sampler_drew_from():
     assert after[1] > before[1] + 0.01  # the punished choice's mass went to the other one
 
 
+def test_score_choices_scores_the_models_own_choice_at_temperature_one():
+    """``score: choices``: sampled at 3, the update scores the choice at temperature 1 over
+    the allowed tokens (its entropy is that distribution's), and a rewarded choice gains."""
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    settings = ModelSettings(model="tiny", lr=1e-2, score="choices", temperature=3.0)
+    optimizer = PolicyOptimizer.from_settings(settings, "extractor")
+    prompt, choices = [5, 9, 13, 17], (40, 41)
+    before = _restricted(optimizer.model, prompt, choices, 1.0)
+    sample = TrainSample.from_generation(
+        prompt, [choices[1]], 1.0, temperature=3.0, allowed_token_ids=choices
+    )
+    stats = optimizer.update([sample])
+    assert stats["entropy"] == pytest.approx(float(-(before * before.log()).sum()), rel=1e-4)
+    after = _restricted(optimizer.model, prompt, choices, 1.0)
+    assert after[1] > before[1] + 0.01
+
+
 def test_score_raw_entropy_is_over_the_whole_vocabulary_at_temperature_one():
     from comprl_gym.trainers.config import ModelSettings
     from comprl_gym.trainers.policy import PolicyOptimizer

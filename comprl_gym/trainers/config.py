@@ -73,7 +73,11 @@ class ModelSettings:
     #: sampler drew from, at its temperature and over only the tokens it was allowed (the stem
     #: extractor's two choices): a negative advantage then moves probability onto the other
     #: choice, not onto tokens that are never sampled. Old log-probs are recomputed under it.
-    score: Literal["raw", "sampled"] = "raw"
+    #: ``choices``: the model's own choice, temperature 1 over the allowed tokens (what the
+    #: probe reads), while the sampler explores at ``temperature``; no importance correction,
+    #: so a right choice the model thinks unlikely but the hotter sampler drew still gets a
+    #: full-sized push (on-policy, that push shrinks with the choice's probability).
+    score: Literal["raw", "sampled", "choices"] = "raw"
     #: Entropy bonus: the loss minus this times the mean entropy of the scored distribution
     #: at the trained tokens (0: none, the reference's). Every update logs that entropy.
     entropy_coef: float = 0.0
@@ -112,8 +116,10 @@ class ModelSettings:
     init_weights: str = ""
 
     def __post_init__(self) -> None:
-        if self.score not in ("raw", "sampled"):
-            raise ConfigurationError(f"score must be 'raw' or 'sampled', got {self.score!r}")
+        if self.score not in ("raw", "sampled", "choices"):
+            raise ConfigurationError(
+                f"score must be 'raw', 'sampled' or 'choices', got {self.score!r}"
+            )
         if self.entropy_coef < 0:
             raise ConfigurationError(f"entropy_coef must be >= 0, got {self.entropy_coef}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

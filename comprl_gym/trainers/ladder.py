@@ -103,6 +103,9 @@ class LadderPoint:
     #: any update, or for the supervised control).
     update_entropy: float | None = None
     reward_mean: float | None = None
+    #: Greedy right per kind of probe episode (``"east won"``: walked east and won, ...): a
+    #: learner stuck at half tells copying the walked side from naming one side everywhere.
+    greedy_right_by_kind: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -174,13 +177,24 @@ def evaluate(
     """The rung's :class:`LadderPoint` on ``episodes`` after ``updates`` updates."""
     scores = choice_scores(backend, extractor_format, episodes)
     right = p_target = entropy = 0.0
+    by_kind: dict[str, int] = {}
     for episode, probs in zip(episodes, scores):
         target = rung.target(episode)
-        right += max(probs, key=probs.get) == target
+        kind = f"{walked(episode)} {'won' if episode.won else 'lost'}"
+        is_right = max(probs, key=probs.get) == target
+        by_kind[kind] = by_kind.get(kind, 0) + is_right
+        right += is_right
         p_target += probs[target]
         entropy -= sum(p * math.log(p) for p in probs.values() if p > 0)
     n = len(episodes)
-    return LadderPoint(updates, int(right), n, p_target / n, entropy / n)
+    return LadderPoint(
+        updates,
+        int(right),
+        n,
+        p_target / n,
+        entropy / n,
+        greedy_right_by_kind=dict(sorted(by_kind.items())),
+    )
 
 
 def climb(

@@ -350,11 +350,13 @@ class PolicyOptimizer:
     ) -> ScoredTokens:
         """The chunk's tokens at ``positions`` scored as ``settings.score`` says: ``raw`` at
         temperature 1 over every token, ``sampled`` at each sample's temperature over its
-        allowed tokens where it ``trained`` (``(batch, positions)``: the tokens it sampled)."""
+        allowed tokens where it ``trained`` (``(batch, positions)``: the tokens it sampled),
+        ``choices`` at temperature 1 over those allowed tokens."""
         temperature: float | torch.Tensor = 1.0
         allowed = None
-        if self.settings.score == "sampled":
-            temperature = torch.tensor([s.temperature for s in chunk], device=self.device)
+        if self.settings.score in ("sampled", "choices"):
+            if self.settings.score == "sampled":
+                temperature = torch.tensor([s.temperature for s in chunk], device=self.device)
             if any(s.allowed_token_ids for s in chunk):
                 vocab = max(
                     len(self.tokenizer),
