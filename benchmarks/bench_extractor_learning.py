@@ -342,8 +342,8 @@ def perfect_credit(seed: int, steps: int, out: Path, overrides: list[str]) -> di
     from comprl_gym.families import family_spec
     from comprl_gym.lessons.probe import ScriptedRule, load_probe_episodes, run_probe
     from comprl_gym.seeding import seed_everything
-    from comprl_gym.trainers.base import policy_backend
     from comprl_gym.trainers.config import TrainConfig
+    from comprl_gym.trainers.engines import policy_backend
     from comprl_gym.trainers.extractor import ExperienceExtractor
     from comprl_gym.trainers.policy import PolicyOptimizer
     from comprl_gym.trainers.probe_command import build_extractor

@@ -1,7 +1,7 @@
 """The rollout layer: THE episode loop and THE episode record, shared by every caller.
 
 ``comprl-gym run`` (:func:`run_episode`), evaluation (:mod:`comprl_gym.evaluation.eval`) and
-the trainers (:mod:`comprl_gym.trainers.base`) all play episodes here and get
+the trainers (:mod:`comprl_gym.trainers.playing`) all play episodes here and get
 :class:`Trajectory` records back.
 
 :func:`collect_rollouts` keeps up to ``len(envs)`` episodes alive; each round, ONE batched

@@ -47,7 +47,7 @@ def test_frozen_trainable_weights_fail_by_name():
     optimizer = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-2), "actor")
     for param in optimizer.model.parameters():
         param.requires_grad_(False)
-    from comprl_gym.trainers.base import policy_backend
+    from comprl_gym.trainers.engines import policy_backend
 
     problems = failed(examine("actor", optimizer, policy_backend(optimizer), updates=2))
     assert "actor: trainable weights" in problems and "actor: weights move" in problems

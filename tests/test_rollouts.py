@@ -112,7 +112,7 @@ def test_cli_run_plays_through_the_rollout_layer(capsys):
 @pytest.mark.slow
 def test_trainer_play_returns_trajectories_with_group_and_half(tmp_path):
     from comprl_gym.trainers import GRPOTrainer, TrainConfig
-    from comprl_gym.trainers.base import TaskRef
+    from comprl_gym.trainers.tasks import TaskRef
 
     cfg = TrainConfig.from_dict(
         {

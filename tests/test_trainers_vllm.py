@@ -25,7 +25,7 @@ from comprl_gym.llm.vllm_backend import VLLMBackend
 from comprl_gym.trainers.config import LoraSettings, ModelSettings, TrainConfig
 from comprl_gym.trainers.losses import ClippedPG, token_logprobs
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
-from comprl_gym.trainers.base import make_actor_backend
+from comprl_gym.trainers.engines import make_actor_backend
 
 LORA = None  # set per test
 torch.manual_seed(0)

@@ -1,5 +1,6 @@
 """Trainers: Complementary RL (``complementary.py``: the algorithm, top to bottom), GRPO and
-the paper's baselines as presets of it, and the infrastructure they share (``base.py``).
+the paper's baselines as presets of it, and the infrastructure they share (``base.py``'s
+``Trainer``, put together from one file per concern: see its docstring).
 
 Example:
     >>> from comprl_gym.trainers import TrainConfig, trainer_class

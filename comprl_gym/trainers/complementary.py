@@ -77,10 +77,11 @@ from typing import Any
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers import credit
 from comprl_gym.trainers.advantages import grouped_advantages
-from comprl_gym.trainers.base import TaskRef, Trainer
+from comprl_gym.trainers.base import Trainer
 from comprl_gym.trainers.extractor import distilled_episodes
 from comprl_gym.trainers.losses import CISPO, ClippedPG, Loss
 from comprl_gym.trainers.policy import TrainSample
+from comprl_gym.trainers.tasks import TaskRef
 
 logger = logging.getLogger(__name__)
 

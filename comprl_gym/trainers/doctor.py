@@ -64,7 +64,7 @@ def diagnose(config: TrainConfig, updates: int = 3) -> list[Finding]:
     """The doctor's findings on each model ``config``'s algorithm trains (see the module
     docstring), ``updates`` known-answer updates each."""
     from comprl_gym.trainers import trainer_class
-    from comprl_gym.trainers.base import make_actor_backend, policy_backend
+    from comprl_gym.trainers.engines import make_actor_backend, policy_backend
 
     cls = trainer_class(config.algorithm)
     # The loss hooks read only the config: call them on a trainer that was never started (no

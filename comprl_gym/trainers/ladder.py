@@ -225,7 +225,7 @@ def climb(
     from comprl_gym.experience import ExperienceConfig, ExperienceManager
     from comprl_gym.lessons.probe import walked_both_ways
     from comprl_gym.seeding import seed_everything
-    from comprl_gym.trainers.base import policy_backend
+    from comprl_gym.trainers.engines import policy_backend
     from comprl_gym.trainers.extractor import ExperienceExtractor
 
     rung = EXTRACTOR_RUNGS[rung] if isinstance(rung, str) else rung

@@ -41,7 +41,7 @@ def build_extractor(
 ) -> ExperienceExtractor:
     """An extractor of ``model`` (frozen) that writes as ``settings`` say, with the weights of
     ``model_state`` (a checkpoint's extractor model state) when given."""
-    from comprl_gym.trainers.base import policy_backend
+    from comprl_gym.trainers.engines import policy_backend
     from comprl_gym.trainers.extractor import ExperienceExtractor
     from comprl_gym.trainers.policy import PolicyOptimizer
 
