@@ -67,6 +67,21 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
             "experience.extractor_baseline=batch",
         ],
     ),
+    # GRPO's baseline for the extractor: 4 lessons about each of 4 episodes an update, each
+    # compared with the others about the same episode.
+    "context-choices-t3": (
+        "rl",
+        [
+            "extractor.score=choices",
+            "extractor.temperature=3.0",
+            "experience.extractor_samples=4",
+            "experience.extractor_baseline=context",
+        ],
+    ),
+    "context": (
+        "rl",
+        ["experience.extractor_samples=4", "experience.extractor_baseline=context"],
+    ),
     # Scored as sampled: temperature 1.5 over the two choices only.
     "sampled": ("rl", ["extractor.score=sampled"]),
     "sampled-lr5e-4": ("rl", ["extractor.score=sampled", "extractor.lr=5e-4"]),

@@ -130,6 +130,42 @@ def test_the_choice_rule_is_refused_for_free_written_lessons():
         ExperienceSettings(extractor_format="plain", extractor_baseline="choice")
 
 
+def test_the_context_rule_compares_only_lessons_written_about_the_same_episode(store):
+    # Two episodes (prompts [1, 2] and [5, 6]), two lessons each. About the first, one lesson
+    # earned +1 and one -1: advantages +1 and -1 by hand. About the second both earned -1:
+    # nothing to compare, 0 and 0, though the batch's mean (-1/2) would push both down.
+    a1, a2, b1, b2 = store.add([f"lesson {i}" for i in range(4)])
+    extractor = ExperienceExtractor(
+        None,
+        None,
+        store,
+        settings(extractor_baseline="context", extractor_samples=2, extractor_batch_size=4),
+    )
+    extractor.credit_uses(
+        [
+            episode(0, True, True, [a1]),
+            episode(1, True, False, [a2]),
+            episode(2, True, False, [b1]),
+            episode(3, True, False, [b2]),
+        ]
+    )
+    extractor.pending = [
+        ExtractorGeneration(prompt, [7], None, [lesson], 1)
+        for prompt, lesson in (([1, 2], a1), ([1, 2], a2), ([5, 6], b1), ([5, 6], b2))
+    ]
+    ready = extractor.ready_samples(actor_step=5)
+    assert [s.meta["reward"] for _, s in ready] == pytest.approx([1.0, -1.0, -1.0, -1.0])
+    assert [s.advantage for _, s in ready] == pytest.approx([1.0, -1.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("samples, batch", [(1, 8), (3, 8)])
+def test_the_context_rule_needs_several_lessons_per_episode_in_whole_batches(samples, batch):
+    with pytest.raises(ConfigurationError, match="extractor_samples"):
+        ExperienceSettings(
+            extractor_baseline="context", extractor_samples=samples, extractor_batch_size=batch
+        )
+
+
 def test_a_dropped_or_unread_lesson_gets_no_use(store):
     a, b, c = store.add(["lesson A about walls", "lesson B about doors", "lesson C about keys"])
     extractor = ExperienceExtractor(None, None, store, settings())

@@ -252,15 +252,22 @@ class ComplementaryRLTrainer(Trainer):
         )
 
     def extractor_advantages(
-        self, rewards: list[float], answers: list[tuple[int, ...]] | None = None
+        self,
+        rewards: list[float],
+        answers: list[tuple[int, ...]] | None = None,
+        contexts: list[tuple[int, ...]] | None = None,
     ) -> list[float]:
         """The advantages of one extractor batch from its rewards ``r(m)`` and its answers
         (each generation's completion tokens) (``experience.extractor_baseline``,
         :func:`~comprl_gym.trainers.credit.rule_advantages`): ``r - mean(r)`` over the batch
         (reference ``memory_reward_normalization: {grouping: batch, method: mean}``),
         ``paired``'s ``r`` itself (already a difference against the episodes played without
-        the lesson), or ``choice``'s ``r`` minus the mean over the batch's same answers."""
-        return credit.rule_advantages(rewards, self.config.experience.extractor_baseline, answers)
+        the lesson), ``choice``'s ``r`` minus the mean over the batch's same answers, or
+        ``context``'s minus the mean over the lessons about the same episode (each
+        generation's prompt tokens are its context)."""
+        return credit.rule_advantages(
+            rewards, self.config.experience.extractor_baseline, answers, contexts
+        )
 
     def experience_job(self, job: dict[str, Any]) -> None:
         """Credit, distillation, the extractor's update and merging for one iteration's

@@ -189,7 +189,16 @@ class ExperienceSettings(ExperienceConfig):
     #: that are one of a few choices (``extractor_format: stem``; any other format is refused).
     #: It drops what the choices are worth on average: zero where the training tasks are
     #: balanced between them, a bias where they are not.
-    extractor_baseline: Literal["batch", "paired", "choice"] = "batch"
+    #: ``context``: GRPO's baseline for the extractor: the ``batch`` rule's ``r`` minus the mean
+    #: r of the lessons written about the same episode (``extractor_samples`` of them), so each
+    #: is compared only with the other answers to the same question. Over a few choices every
+    #: such advantage points towards the better answer in that context, whatever the policy's
+    #: current odds; needs ``extractor_samples >= 2``.
+    extractor_baseline: Literal["batch", "paired", "choice", "context"] = "batch"
+    #: Lessons the extractor writes about each episode it distils (1: the reference's one).
+    #: Several let ``extractor_baseline: context`` compare answers to the same episode; each is
+    #: stored and credited on its own.
+    extractor_samples: int = 1
     #: Longest interaction text shown to the extractor (characters; the goal and the last
     #: messages are kept, the middle is folded into one line).
     extractor_transcript_chars: int = 6000
@@ -255,6 +264,19 @@ class ExperienceSettings(ExperienceConfig):
             raise ConfigurationError(
                 "experience.cispo_eps_low must be in [0, 1) and cispo_eps_high >= 0, got "
                 f"{self.cispo_eps_low} and {self.cispo_eps_high}"
+            )
+        if self.extractor_samples < 1:
+            raise ConfigurationError(
+                f"experience.extractor_samples must be >= 1, got {self.extractor_samples}"
+            )
+        if self.extractor_baseline == "context" and (
+            self.extractor_samples < 2 or self.extractor_batch_size % self.extractor_samples
+        ):
+            raise ConfigurationError(
+                "experience.extractor_baseline: context compares the lessons written about the "
+                "same episode, so it needs experience.extractor_samples >= 2 (with one, every "
+                "advantage is 0) and an extractor_batch_size that holds whole episodes (a "
+                f"multiple of it); got {self.extractor_samples} and {self.extractor_batch_size}"
             )
         if self.extractor_baseline == "choice" and self.extractor_format != "stem":
             raise ConfigurationError(

@@ -54,8 +54,9 @@ from comprl_gym.trainers.advantages import grouped_advantages
 #: The rewards ``r`` of an extractor generation (a batch log's ``r_batch`` and ``r_paired``).
 CREDIT_RULES: tuple[str, ...] = ("batch", "paired")
 #: The baselines of the extractor's advantage (``experience.extractor_baseline``): the two
-#: credit rules, and ``choice`` (the ``batch`` rule's ``r`` centred per answer).
-BASELINES: tuple[str, ...] = (*CREDIT_RULES, "choice")
+#: credit rules, ``choice`` (the ``batch`` rule's ``r`` centred per answer) and ``context``
+#: (centred per episode written about).
+BASELINES: tuple[str, ...] = (*CREDIT_RULES, "choice", "context")
 #: The fixed reward of a rejected answer (malformed, or below the quality gate): a failed
 #: use's outcome.
 REJECTED_REWARD = -1.0
@@ -148,13 +149,17 @@ def batch_advantages(rewards: Sequence[float]) -> list[float]:
 
 
 def rule_advantages(
-    rewards: Sequence[float], rule: str, answers: Sequence[Hashable] | None = None
+    rewards: Sequence[float],
+    rule: str,
+    answers: Sequence[Hashable] | None = None,
+    contexts: Sequence[Hashable] | None = None,
 ) -> list[float]:
     """The advantages of one extractor batch under ``rule``: ``batch`` subtracts the batch's
     mean; ``paired`` keeps ``r`` (it is already a difference against the episodes played
     without the lesson); ``choice`` subtracts the mean ``r`` of the generations whose answer
     (``answers[i]``, e.g. a stem lesson's chosen token) is the same, so an answer given once in
-    the batch gets 0.
+    the batch gets 0; ``context`` subtracts the mean ``r`` of the generations with the same
+    context (``contexts[i]``, e.g. the prompt: the episode written about), GRPO's group mean.
 
     ``choice`` is for answers that are one of a few choices (``extractor_format: stem``).
     Why: under the reference rule, an answer that earned more than the batch's mean is pushed
@@ -170,6 +175,8 @@ def rule_advantages(
         ([0.5, -0.5], [1.0, 0.0])
         >>> rule_advantages([1.0, -1.0, -1.0, -1.0, 1.0], "choice", ["e", "e", "w", "w", "x"])
         [1.0, -1.0, 0.0, 0.0, 0.0]
+        >>> rule_advantages([1.0, -1.0, -1.0, -1.0], "context", contexts=["a", "a", "b", "b"])
+        [1.0, -1.0, 0.0, 0.0]
     """
     if rule == "paired":
         return [float(r) for r in rewards]
@@ -179,6 +186,10 @@ def rule_advantages(
         if answers is None or len(answers) != len(rewards):
             raise ValueError("the choice rule needs one answer per reward")
         return [float(a) for a in grouped_advantages(rewards, list(answers), scale=False)]
+    if rule == "context":
+        if contexts is None or len(contexts) != len(rewards):
+            raise ValueError("the context rule needs one context per reward")
+        return [float(a) for a in grouped_advantages(rewards, list(contexts), scale=False)]
     raise ValueError(f"unknown credit rule {rule!r}; known: {', '.join(BASELINES)}")
 
 

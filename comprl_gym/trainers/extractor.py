@@ -378,10 +378,12 @@ class ExperienceExtractor:
 
     def distill(self, episodes: list[Trajectory], actor_step: int) -> list[int]:
         """Write experiences from one iteration's finished episodes, those
-        :func:`distilled_episodes` picks (``experience.distill``)."""
+        :func:`distilled_episodes` picks (``experience.distill``), ``experience.
+        extractor_samples`` generations about each."""
         written: list[int] = []
         for episode in distilled_episodes(episodes, self.settings):
-            written += self.write(episode, actor_step)
+            for _ in range(self.settings.extractor_samples):
+                written += self.write(episode, actor_step)
         return written
 
     # ------------------------------------------------------------------ uses
@@ -592,11 +594,15 @@ class ExperienceExtractor:
     def ready_samples(
         self,
         actor_step: int,
-        advantages: Callable[[list[float], list[tuple[int, ...]]], list[float]] | None = None,
+        advantages: Callable[
+            [list[float], list[tuple[int, ...]], list[tuple[int, ...]]], list[float]
+        ]
+        | None = None,
     ) -> list[tuple[ExtractorGeneration, TrainSample]]:
         """:meth:`reward_batch` as samples, each generation's ``r(m)`` turned into its advantage
-        by ``advantages(rewards, answers)`` (the trainer's ``extractor_advantages`` hook; each
-        answer is a generation's completion tokens); by default ``extractor_baseline``'s
+        by ``advantages(rewards, answers, contexts)`` (the trainer's ``extractor_advantages``
+        hook; each answer is a generation's completion tokens, each context its prompt
+        tokens); by default ``extractor_baseline``'s
         rule, :func:`~comprl_gym.trainers.credit.rule_advantages`: ``r - mean(r over the
         batch)``, ``r`` for ``paired``, or ``r`` minus the mean over the batch's same answers
         for ``choice``. ``[]`` when none is ready."""
@@ -605,10 +611,13 @@ class ExperienceExtractor:
             return []
         if advantages is None:
             rule = self.settings.extractor_baseline
-            advantages = lambda r, answers: credit.rule_advantages(r, rule, answers)  # noqa: E731
+            advantages = lambda r, answers, contexts: credit.rule_advantages(  # noqa: E731
+                r, rule, answers, contexts
+            )
         rewards = [scored.reward for scored in batch]
         answers = [tuple(scored.generation.completion_token_ids) for scored in batch]
-        return self.samples(batch, advantages(rewards, answers))
+        contexts = [tuple(scored.generation.prompt_token_ids) for scored in batch]
+        return self.samples(batch, advantages(rewards, answers, contexts))
 
     def train_step(self, actor_step: int) -> dict[str, float] | None:
         """One CISPO update on :meth:`ready_samples`, or ``None`` when none is ready."""

@@ -213,7 +213,8 @@ def climb(
     progress: Callable[[RungResult], None] | None = None,
 ) -> RungResult:
     """Train a fresh extractor (``model``, ``experience``) on ``rung`` with ``learner`` for at
-    most ``max_updates`` updates of ``batch_size`` episodes (half won, half lost), evaluating
+    most ``max_updates`` updates of ``batch_size`` lessons (about ``batch_size //
+    experience.extractor_samples`` episodes, half won, half lost), evaluating
     every ``eval_every`` updates on ``eval_episodes`` (default: the memory family's probe
     episodes) and stopping at the first solved evaluation unless told otherwise.
 
@@ -265,10 +266,12 @@ def climb(
         )
         try:
             result.curve.append(evaluate(backend, extractor.format, rung, held_out, 0))
+            # RL writes ``extractor_samples`` lessons about each episode; the supervised
+            # control has one label per episode and sees ``batch_size`` of them.
+            per_episode = experience.extractor_samples if learner == "rl" else 1
+            episodes = max(1, batch_size // per_episode)
             for update in range(1, max_updates + 1):
-                batch = rng.sample(won, batch_size // 2) + rng.sample(
-                    lost, batch_size - batch_size // 2
-                )
+                batch = rng.sample(won, episodes // 2) + rng.sample(lost, episodes - episodes // 2)
                 if learner == "rl":
                     stats = _reinforced_step(extractor, manager, rung, batch, update)
                 else:
@@ -292,13 +295,20 @@ def climb(
 def _reinforced_step(
     extractor: Any, manager: Any, rung: Rung, batch: list[Trajectory], update: int
 ) -> dict[str, Any]:
-    """The extractor writes a lesson about each episode, each is credited by the rung (one
-    use, won when it names the target side), and the extractor takes its update."""
-    for episode in batch:
+    """The extractor writes its lessons about each episode (``experience.extractor_samples``
+    of them, as :meth:`~comprl_gym.trainers.extractor.ExperienceExtractor.distill` writes),
+    each is credited by the rung (one use, won when it names the target side), and the
+    extractor takes its update."""
+    written = [
+        (episode, lesson_id)
+        for episode in batch
+        for _ in range(extractor.settings.extractor_samples)
+        for lesson_id in extractor.write(episode, update)
+    ]
+    for episode, lesson_id in written:
         named_choice = family_spec(episode.env_family).lessons.named_choice  # type: ignore[union-attr]
-        for lesson_id in extractor.write(episode, update):
-            named = named_choice(manager.get_one(lesson_id).text)
-            manager.report_outcome([lesson_id], won=named == rung.target(episode))
+        named = named_choice(manager.get_one(lesson_id).text)
+        manager.report_outcome([lesson_id], won=named == rung.target(episode))
     ready = extractor.ready_samples(update)
     return extractor.update(ready, update) if ready else {}
 
