@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import platform
-import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -293,14 +292,16 @@ def experience_info(folder: str | os.PathLike[str] | None) -> dict[str, Any] | N
     """Entries of an experience store and one hash of their text (read-only)."""
     if not folder:
         return None
-    path = Path(folder) / "experiences.sqlite3"
+    from comprl_gym.experience.database import DB_NAME, ExperienceDatabase
+
+    path = Path(folder) / DB_NAME
     if not path.exists():
         return {"path": str(folder), "entries": 0, "sha256": None}
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        rows = db.execute(
-            "SELECT id, title, description, content, env_family, status FROM experiences "
-            "ORDER BY id"
-        ).fetchall()
+    with ExperienceDatabase(path, readonly=True) as db:
+        rows = [
+            (e.id, e.title, e.description, e.content, e.env_family, e.status)
+            for e in db.iter_experiences(include_inactive=True)
+        ]
     digest = hashlib.sha256()
     for row in rows:
         digest.update(repr(row).encode("utf-8") + b"\n")
