@@ -171,6 +171,14 @@ def test_a_folder_that_is_no_run_or_lacks_a_piece_is_refused_naming_it(trained, 
     (broken / "metrics.jsonl").write_text("")
     with pytest.raises(RunFileMissing, match="checkpoints/latest: no checkpoint there"):
         Run(broken).actor()
+    # A trainer that only evaluated (never iterated): its evaluation reads, its config cannot.
+    evaluated = tmp_path / "evaluated"
+    shutil.copytree(folder / "eval", evaluated / "eval")
+    (evaluated / "summary.json").write_text('{"evaluation": {}}')
+    run = Run(evaluated)
+    assert run.kind == "train" and len(list(run.episodes())) == len(list(Run(folder).episodes()))
+    with pytest.raises(DataError, match="no config, and no checkpoint beside it"):
+        _ = run.config
 
 
 @pytest.mark.slow

@@ -70,6 +70,8 @@ TRAIN, EVAL, STREAM = "train", "eval", "stream"
 #: Where a training run keeps its checkpoints (:class:`~comprl_gym.trainers.checkpoint.
 #: CheckpointManager`) and the store a checkpoint saved (beside its ``trainer.pt``).
 CHECKPOINTS, STORE_COPY = "checkpoints", "experience"
+#: Where a training run's evaluations are: ``eval/before`` and ``eval/after``.
+EVALUATIONS = "eval"
 
 
 class RunFileMissing(DataError, FileNotFoundError):
@@ -168,16 +170,17 @@ def build_extractor(
 
 
 def _kind(path: Path) -> str:
-    if (path / CHECKPOINTS).is_dir() or (path / METRICS_FILE).is_file():
+    # What a trainer leaves: checkpoints, its metrics log, or (never iterated) an evaluation.
+    if any((path / name).exists() for name in (CHECKPOINTS, METRICS_FILE, EVALUATIONS)):
         return TRAIN
     if (path / CONFIG_FILE).is_file():
         return STREAM if _read_json(path / CONFIG_FILE).get("kind") == STREAM else EVAL
     if (path / EPISODES_FILE).is_file():  # a training run's eval/after: episodes, no config
         return EVAL
     raise ConfigurationError(
-        f"{path} is not a run folder: it holds no {CHECKPOINTS}/ or {METRICS_FILE} (a "
-        f"`comprl-gym train` run) and no {CONFIG_FILE} or {EPISODES_FILE} (a `comprl-gym "
-        "eval` or `comprl-gym stream` run)"
+        f"{path} is not a run folder: it holds no {CHECKPOINTS}/, {METRICS_FILE} or "
+        f"{EVALUATIONS}/ (a `comprl-gym train` run) and no {CONFIG_FILE} or {EPISODES_FILE} "
+        "(a `comprl-gym eval` or `comprl-gym stream` run)"
     )
 
 
@@ -239,6 +242,8 @@ class Run:
         if self.kind == TRAIN:
             if self.latest_step is not None:
                 return self.checkpoint().config
+            if "config" not in self.summary:
+                raise DataError(self.path / SUMMARY_FILE, "no config, and no checkpoint beside it")
             return TrainConfig.from_dict(self.summary["config"])
         saved = _read_json(self.path / CONFIG_FILE)["config"]
         if self.kind == STREAM:
@@ -280,7 +285,7 @@ class Run:
         stream's, or those of a training run's evaluation ``phase`` (``"after"``, the
         default, or ``"before"`` training)."""
         if self.kind == TRAIN:
-            folder = self.path / "eval" / (phase or "after")
+            folder = self.path / EVALUATIONS / (phase or "after")
         elif phase is not None:
             raise ConfigurationError(f"{self.path}: a `comprl-gym {self.kind}` run has no phases")
         else:
