@@ -59,8 +59,10 @@ def _cell(result: dict) -> dict:
 def summarise(
     run_dir: Path, wall_s: float | None, load: dict[str, list[float]], config: dict
 ) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    from comprl_gym.trainers.run import Run
+
+    run = Run(run_dir)
+    summary, metrics = run.summary, run.metrics
     envs = {}
     for env_id, row in summary["evaluation"].items():
         before = summary["evaluation_before"][env_id]["without_experience"]

@@ -24,7 +24,6 @@ Run:  python benchmarks/bench_demo.py                   # runs make demo (~8 min
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -33,10 +32,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from comprl_gym.evaluation.eval import load_episodes
 from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stream import stream_result
 from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.trainers.run import Run
 from comprl_gym.utils import atomic_write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -48,7 +47,7 @@ STREAM_KEYS = ("streaming", "versus", "shown_verdicts", "store_verdicts")
 
 def _training(run_dir: Path) -> list[dict]:
     """Per iteration: success with and without lessons, the extractor's and the store's logs."""
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = Run(run_dir).metrics
     keep = ("extractor/", "store/memory/", "probe/")
     return [
         {
@@ -66,14 +65,14 @@ def _training(run_dir: Path) -> list[dict]:
 
 def _stream(folder: Path) -> dict:
     return {
-        "agent": json.loads((folder / "config.json").read_text())["identity"]["agent"],
+        "agent": Run(folder).config.agent,
         **stream_result(folder, ("stream", *STREAM_KEYS)),
     }
 
 
 def summarise(run_dir: Path, streams: dict[str, Path]) -> dict:
-    before = load_episodes(streams["before"], repair=False)
-    after = load_episodes(streams["after"], repair=False)
+    before = list(Run(streams["before"]).episodes())
+    after = list(Run(streams["after"]).episodes())
     arms = list(dict.fromkeys(r["arm"] for r in after))
     return {
         "command": "make demo",

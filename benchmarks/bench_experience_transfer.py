@@ -67,45 +67,43 @@ def train_and_stream(args: argparse.Namespace, work: Path) -> tuple[Any, Path, P
     return config, run, stream
 
 
-def store_lessons(folder: Path) -> dict[int, str]:
-    """The active lessons of the store in ``folder`` by id (opened as a stream's arm opens
-    it); none where there is no store (a run without one)."""
-    from comprl_gym.evaluation.stream import open_store
+def store_lessons(run: Any, arm: str | None = None) -> dict[int, str]:
+    """The active lessons by id of a :class:`~comprl_gym.trainers.run.Run`'s store (a
+    stream's: its ``arm``'s), read-only; none where there is no store (a run without one)."""
+    from comprl_gym.trainers.run import RunFileMissing
 
-    if not folder.is_dir():
-        return {}
-    store = open_store(folder)
     try:
-        return {e.id: e.text for e in store.experiences()}
-    finally:
-        store.close()
+        store = run.store(arm=arm)
+    except RunFileMissing:
+        return {}
+    with store:
+        return {e.id: e.text for e in store.iter_experiences()}
 
 
 def result_file(args: argparse.Namespace, config: Any, run: Path, stream: Path) -> dict:
     """The committed result files' keys, from the training run's and the stream's folders."""
     from comprl_gym.envs.memory import pool
-    from comprl_gym.evaluation.eval import load_episodes
     from comprl_gym.evaluation.streaming import compare_runs, streaming_summary
     from comprl_gym.families import family_spec, verdict_counts
-    from comprl_gym.trainers.checkpoint import CheckpointManager
     from comprl_gym.trainers.credit import credit_agreement
+    from comprl_gym.trainers.run import Run
 
     spec = family_spec("memory")
     held_out = list(pool(args.held_out))[: args.tasks]
-    records = load_episodes(stream, repair=False)
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    summary = json.loads((run / "summary.json").read_text())
-    state = CheckpointManager(run).load()["state"]
+    streamed, trained_run = Run(stream), Run(run)
+    records = list(streamed.episodes())
+    rows = trained_run.metrics
+    summary = trained_run.summary
     # The stores that learnt (own, exemplar, cases) and the one the run trained with.
     learnt = [a for a in args.arms.split(",") if a not in ("none", *spec.lessons.fixed)]
-    texts = {arm: list(store_lessons(stream / "stores" / arm).values()) for arm in learnt}
-    trained = store_lessons(run / "experience")
+    texts = {arm: list(store_lessons(streamed, arm).values()) for arm in learnt}
+    trained = store_lessons(trained_run)
     texts["training_run"] = list(trained.values())
     verdicts = {}
     for lesson, text in trained.items():
         verdict = spec.judge(text)
         verdicts[lesson] = "no_task" if verdict.task_id is None else verdict.verdict
-    batch_log = state.get("extractor", {}).get("batch_log", [])
+    batch_log = trained_run.checkpoint().batch_log
     warmup = summary.get("warmup") or {}
     summary_by_arm = streaming_summary(records)
     placebo = streaming_summary(records, reference="placebo")

@@ -189,9 +189,10 @@ def right_by_episode(report: dict, won: bool) -> dict:
 
 def curve_of(folder: Path) -> list[dict]:
     """The run's per-iteration :data:`CURVE_KEYS` from its metrics log."""
+    from comprl_gym.trainers.run import Run
+
     curve = []
-    for line in (folder / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
+    for record in Run(folder).metrics:
         row = {"iteration": record["step"]}
         row.update({k: record[m] for k, m in CURVE_KEYS.items() if m in record})
         curve.append(row)
@@ -205,31 +206,29 @@ def trained_lessons(folder: Path) -> dict:
     advantage. Returns the counts, how often the advantage's sign agrees with the lesson's
     correctness (+ for right, - for wrong) per side named, and the same per :data:`WINDOW`
     iterations (``by_window``: samples, right, naming east, signed, agreeing)."""
-    import sqlite3
-
     from transformers import AutoTokenizer
 
     from comprl_gym.llm.models import resolve_model
-    from comprl_gym.trainers.checkpoint import CheckpointManager
+    from comprl_gym.trainers.run import Run
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2"))
     side_of = {
         tokenizer(f" {s}", add_special_tokens=False)["input_ids"][0]: s for s in ("east", "west")
     }
-    with sqlite3.connect(folder / "experience" / "experiences.sqlite3") as db:
-        rows = db.execute("select experience_id, detail from revisions where kind = 'add'")
-        added = {int(i): json.loads(d) for i, d in rows}
+    run = Run(folder)
+    with run.store() as store:
+        added = {r["experience_id"]: r["detail"] for r in store.revisions() if r["kind"] == "add"}
     task_of = {i: d["task_ids"][0] for i, d in added.items()}
-    state = CheckpointManager(folder).load()["state"]
-    config = state["config"]
+    checkpoint = run.checkpoint()
+    config = checkpoint.config
     # Under task_schedule: revisit an iteration's groups are its revisits, then its new tasks,
     # the last groups_per_iteration // 2 of which the next iteration plays again: a lesson
     # written from one of those is read on that next visit, the others only by chance.
-    revisited_from = config["groups_per_iteration"] - config["groups_per_iteration"] // 2
+    revisited_from = config.groups_per_iteration - config.groups_per_iteration // 2
     out: dict = {"samples": 0, "right": 0, "by_side": {}, "written_before_a_revisit": 0}
     # per WINDOW iterations (by the actor step the sample was written at): what was trained on
     windows: dict[int, dict] = {}
-    for record in state["extractor"]["batch_log"]:
+    for record in checkpoint.batch_log:
         if record["kind"] != "extract" or len(record["ids"]) != 1 or not record.get("answer"):
             continue
         named = side_of.get(record["answer"][0])
@@ -253,8 +252,8 @@ def trained_lessons(folder: Path) -> dict:
         out["samples"] += 1
         out["right"] += right
         episode = int(added[int(record["ids"][0])]["trajectory_ids"][0].rsplit("-", 1)[1])
-        if config.get("task_schedule", "random") == "revisit":
-            out["written_before_a_revisit"] += episode // config["group_size"] >= revisited_from
+        if config.task_schedule == "revisit":
+            out["written_before_a_revisit"] += episode // config.group_size >= revisited_from
     out["by_window"] = [windows[k] for k in sorted(windows)]
     signed = sum(c["signed"] for c in out["by_side"].values())
     agree = sum(c["agree"] for c in out["by_side"].values())
@@ -294,8 +293,10 @@ def run_summary(folder: Path) -> dict:
     out: dict = {"curve": curve_of(folder)}
     if not (folder / "probe.json").exists():
         return out
+    from comprl_gym.trainers.run import Run
+
     probe_file = json.loads((folder / "probe.json").read_text())
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = Run(folder).summary
     return {
         **probe_summary(probe_file["families"]["memory"]),
         **out,
@@ -343,11 +344,8 @@ def perfect_credit(seed: int, steps: int, out: Path, overrides: list[str]) -> di
     from comprl_gym.lessons.probe import ScriptedRule, load_probe_episodes, run_probe
     from comprl_gym.seeding import seed_everything
     from comprl_gym.trainers.config import TrainConfig
-    from comprl_gym.trainers.engines import policy_backend
-    from comprl_gym.trainers.extractor import ExperienceExtractor
-    from comprl_gym.trainers.policy import PolicyOptimizer
-    from comprl_gym.trainers.probe_command import build_extractor
     from comprl_gym.trainers.probing import ExtractorWriter, probe_metrics
+    from comprl_gym.trainers.run import build_extractor
 
     config = TrainConfig.from_yaml(REPO / CONFIG, [f"seed={seed}", *overrides])
     seed_everything(seed)
@@ -357,19 +355,11 @@ def perfect_credit(seed: int, steps: int, out: Path, overrides: list[str]) -> di
     won = [e for e in episodes if e.won]
     lost = [e for e in episodes if not e.won]
     rng = random.Random(seed)
-    optimizer = PolicyOptimizer.from_settings(config.extractor, "extractor")
+    extractor = build_extractor(config.extractor, settings, seed, trainable=True)
     curve = []
     with tempfile.TemporaryDirectory() as folder:
         manager = ExperienceManager(folder, ExperienceConfig(diversify=False, max_entries=64))
-        extractor = ExperienceExtractor(
-            policy_backend(optimizer),
-            optimizer,
-            manager,
-            settings,
-            max_new_tokens=config.extractor.max_new_tokens,
-            temperature=config.extractor.temperature,
-            seed=seed,
-        )
+        extractor.manager = manager
         half = settings.extractor_batch_size // 2
         for step in range(1, steps + 1):
             batch = rng.sample(won, half) + rng.sample(lost, half)
@@ -498,9 +488,8 @@ def representation_probe(writers: list[str]) -> dict:
     side. Each writer's result is kept in :data:`REPRESENTATION` as it finishes (about 20
     minutes a writer on 2 busy cores); a writer already there is not read again."""
     from comprl_gym.lessons.probe import load_probe_episodes, walked
-    from comprl_gym.trainers.checkpoint import CheckpointManager
     from comprl_gym.trainers.config import TrainConfig
-    from comprl_gym.trainers.probe_command import build_extractor
+    from comprl_gym.trainers.run import Run, build_extractor
 
     config = TrainConfig.from_yaml(REPO / CONFIG)
     train, test = scripted_training_episodes(), load_probe_episodes("memory")
@@ -520,13 +509,12 @@ def representation_probe(writers: list[str]) -> dict:
     for name in writers:
         if name in out["writers"]:
             continue
-        model_state = None
-        if name != "frozen":
+        if name == "frozen":
+            extractor = build_extractor(config.extractor, config.experience, 0)
+        else:
             folder = run_folder(int(name.removeprefix("seed ")))
             out.setdefault("checkpoints", {})[name] = str(folder.relative_to(REPO))
-            state = CheckpointManager(folder).load()["state"]
-            model_state = state["extractor"]["optimizer"]["model"]
-        extractor = build_extractor(config.extractor, config.experience, 0, model_state)
+            extractor = Run(folder).extractor()
         train_x = answer_features(extractor, train, REPRESENTATION_LAYERS)
         test_x = answer_features(extractor, test, REPRESENTATION_LAYERS)
         greedy = [int(v > 0) for v in test_x[-1]]

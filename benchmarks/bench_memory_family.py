@@ -100,7 +100,9 @@ def evaluate(agent: str, env_id: str, episodes: int, env_kwargs: dict, out: Path
             progress=False,
         )
     )
-    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    from comprl_gym.trainers.run import Run
+
+    records = list(Run(out).episodes())
     return sorted(records, key=lambda r: int(r["seed"]))
 
 

@@ -49,10 +49,11 @@ import yaml
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.dungeons import other_side
 from comprl_gym.envs.memory.judge import judge_lesson
-from comprl_gym.evaluation.eval import SUMMARY_FILE, load_episodes
+from comprl_gym.evaluation.eval import SUMMARY_FILE
 from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stats import proportion_ci
 from comprl_gym.evaluation.table import load_run, method_table, write_table
+from comprl_gym.trainers.run import Run
 from comprl_gym.utils import atomic_write_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,7 +118,7 @@ def code_of(folders: tuple[Path, ...], commit: str, repo: Path | None = None) ->
     repo = repo or REPO
     out: dict[str, Any] = {}
     for folder in folders:
-        package = json.loads((folder / "provenance.json").read_text())["package"]
+        package = Run(folder).provenance["package"]
         made_at = package["git_commit"]
         git = {"cwd": repo, "capture_output": True}
         after = subprocess.run(["git", "merge-base", "--is-ancestor", commit, made_at], **git)
@@ -222,8 +223,8 @@ def run_record(
     commits its two runs were made at against the plan's ``commit`` (:func:`code_of`), and
     the time each took as it timed itself (the trainer's ``train_time_s``, the stream's
     ``wall_time_s``)."""
-    provenance = json.loads((stream_folder(method, seed) / "provenance.json").read_text())
-    trained = json.loads((train_folder(method, seed) / SUMMARY_FILE).read_text())
+    provenance = Run(stream_folder(method, seed)).provenance
+    trained = Run(train_folder(method, seed)).summary
     return {
         "train_command": as_recorded(train_command(plan, method, seed)),
         "stream_command": as_recorded(stream_command(plan, method, seed)),
@@ -361,7 +362,7 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
         **{m["name"]: {s: stream_folder(m, s) for s in plan["seeds"]} for m in plan["methods"]},
     }
     streams = {
-        name: {str(s): load_episodes(f, repair=False) for s, f in by.items()}
+        name: {str(s): list(Run(f).episodes()) for s, f in by.items()}
         for name, by in folders.items()
     }
     reader = [r for records in streams["reader, untrained"].values() for r in records]
@@ -389,9 +390,7 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
         "development_pools": {
             split: {
                 "command": as_recorded(pool_stream_command(plan, split)),
-                "following": lesson_following(
-                    load_episodes(pool_stream_folder(split), repair=False)
-                ),
+                "following": lesson_following(list(Run(pool_stream_folder(split)).episodes())),
             }
             for split in POSTHOC_POOLS
         },

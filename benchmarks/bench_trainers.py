@@ -285,7 +285,9 @@ def paper_table(args: argparse.Namespace) -> dict:
             run_dir = Path(args.output_dir) / f"{method}-seed{seed}"
             done = run_dir / "summary.json"
             if args.resume and done.exists():
-                runs.setdefault(method, {})[seed] = json.loads(done.read_text())
+                from comprl_gym.trainers.run import Run
+
+                runs.setdefault(method, {})[seed] = Run(run_dir).summary
                 print(f"{method} seed {seed}: read {done}", flush=True)
                 continue
             overrides = [

@@ -25,7 +25,7 @@ from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.families import env_pool
 from comprl_gym.registration import ENV_TABLE, markdown_table
 from comprl_gym.rollouts import RolloutConfig, RolloutWorker
-from comprl_gym.utils import ENV_ARG, atomic_write_text, jsonable, parse_key_values
+from comprl_gym.utils import ENV_ARG, parse_key_values
 
 #: A lesson's statuses (``comprl_gym.experience.records.STATUSES``, named here so that the
 #: command line loads without the experience extra; tests/test_lessons_cli.py compares them).
@@ -208,30 +208,12 @@ summary.json/.md, provenance.json) plus stream.png (success by visit per arm) an
 
 def _trained_run(run_dir: str, work: Path, overrides: list[str] | None = None) -> Any:
     """The trainer of the training run in ``run_dir`` at its latest checkpoint, working in
-    ``work`` (its store, metrics and folders there: the run's own folder is only read), its
-    config changed by ``KEY=VALUE`` ``overrides`` (as ``comprl-gym train --set``)."""
-    import yaml
+    ``work`` (the run's own folder is only read), its config changed by ``KEY=VALUE``
+    ``overrides`` (as ``comprl-gym train --set``): :meth:`Run.trainer
+    <comprl_gym.trainers.run.Run.trainer>`."""
+    from comprl_gym.trainers.run import Run
 
-    from comprl_gym.trainers import TrainConfig, make_trainer
-    from comprl_gym.trainers.checkpoint import CheckpointManager
-
-    checkpoints = CheckpointManager(run_dir)
-    if checkpoints.latest_step() is None:
-        raise comprl_gym.ConfigurationError(
-            f"--run {run_dir}: no checkpoint there (checkpoints/latest); pass the output_dir "
-            "of a finished `comprl-gym train` run"
-        )
-    saved = checkpoints.load()["state"]["config"]
-    saved.update(output_dir=str(work / "run"), resume=False, progress=False, tensorboard=False)
-    saved["experience"]["store_dir"] = str(work / "store")
-    # Written as a config file, it takes the overrides the way `comprl-gym train` does.
-    atomic_write_text(work / "config.yaml", yaml.safe_dump(jsonable(saved)))
-    trainer = make_trainer(TrainConfig.from_yaml(work / "config.yaml", overrides))
-    # Weights, extractor and store come from the run's checkpoint; the store is restored into
-    # ``work``, so streaming never writes into the run.
-    trainer.checkpoints = checkpoints
-    trainer.resume()
-    return trainer
+    return Run(run_dir).trainer(work, overrides)
 
 
 def _untrained_run(config_path: str, work: Path, overrides: list[str] | None = None) -> Any:
@@ -340,11 +322,15 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                     agent = trainer.agent(seed=args.seed, temperature=args.temperature)
                     config.agent = f"{trainer.algorithm}@{trainer.iteration} ({source})"
             origin = None
-            if trainer is not None:
-                from comprl_gym.evaluation.provenance import run_provenance
+            if args.run:
+                from comprl_gym.trainers.run import Run
+
+                origin = Run(args.run).origin()
+            elif trainer is not None:
+                from comprl_gym.evaluation.provenance import config_provenance
 
                 roles = {"actor": trainer.config.actor, "extractor": trainer.config.extractor}
-                origin = run_provenance(source, roles)
+                origin = config_provenance(source, roles)
             summary = run_stream(config, agent=agent, own=own, run=origin)
         finally:
             if trainer is not None:

@@ -147,7 +147,7 @@ def test_answer_features_are_read_where_the_extractor_samples_its_side():
     from comprl_gym.lessons.formats import fill_stem
     from comprl_gym.lessons.probe import load_probe_episodes
     from comprl_gym.trainers.config import TrainConfig
-    from comprl_gym.trainers.probe_command import build_extractor
+    from comprl_gym.trainers.run import build_extractor
 
     config = TrainConfig.from_yaml(
         REPO_ROOT / bench.CONFIG, ["extractor.model=tiny", "extractor.lora.top_layers=1"]

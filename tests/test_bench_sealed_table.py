@@ -187,6 +187,7 @@ def test_each_run_is_checked_against_the_code_of_the_plans_commit(tmp_path):
         folder.mkdir(parents=True)
         package = {"git_commit": made_at, "git_dirty": dirty}
         (folder / "provenance.json").write_text(json.dumps({"package": package}))
+        (folder / "metrics.jsonl").write_text("")  # a training run's folder, read as a Run
         folders.append(folder)
     code = bench.code_of(tuple(folders), plan, tmp_path)
     assert {name: c["inputs_as_registered"] for name, c in code.items()} == {

@@ -8,6 +8,7 @@ end-to-end tests embed real texts with the packaged all-MiniLM-L6-v2.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -188,6 +189,42 @@ def test_reopen_keeps_everything_and_index_agrees(tmp_path, embedder):
     after = store.search(clustered(5, seed=3), 5, ["minihack"])
     np.testing.assert_array_equal(before[0], after[0])
     store.close()
+
+
+def test_a_read_only_database_reads_what_the_store_wrote_and_writes_nothing(tmp_path, embedder):
+    from comprl_gym.evaluation.provenance import experience_info
+    from comprl_gym.experience.database import DB_NAME, ExperienceDatabase
+
+    path = tmp_path / "bank"
+    store = ExperienceStore(path, embedder)
+    ids = store.add_texts(texts(6), env_family="minihack", vectors=clustered(6))
+    with store.transaction() as cursor:
+        store.retire(cursor, ids[:2], "dropped")
+    # While the writer is open (a WAL beside the file) and after it closed cleanly (none).
+    for state in ("open", "closed"):
+        if state == "closed":
+            store.close()
+        files = {p.name: p.stat().st_mtime_ns for p in path.iterdir()}
+        with ExperienceDatabase(path / DB_NAME, readonly=True) as db:
+            assert [e.text for e in db.iter_experiences()] == texts(4, start=2), state
+            assert len(list(db.iter_experiences(include_inactive=True))) == 6
+            assert [r["kind"] for r in db.revisions()] == ["add"] * 6 + ["retire"] * 2
+            with pytest.raises(sqlite3.OperationalError, match="readonly"):
+                db.writer.execute("DELETE FROM experiences")
+        if state == "closed":  # nothing created or touched
+            assert {p.name: p.stat().st_mtime_ns for p in path.iterdir()} == files
+    # provenance's hash of an eval's store: every row's text and status, as SQL lists them
+    with sqlite3.connect(path / DB_NAME) as db:
+        rows = db.execute(
+            "SELECT id, title, description, content, env_family, status FROM experiences "
+            "ORDER BY id"
+        ).fetchall()
+    digest = hashlib.sha256("".join(f"{row!r}\n" for row in rows).encode()).hexdigest()
+    assert experience_info(path) == {
+        "path": str(path), "entries": 4, "rows": 6, "sha256": digest
+    }  # fmt: skip
+    with pytest.raises(DataError, match="no experience database"):
+        ExperienceDatabase(tmp_path / "none" / DB_NAME, readonly=True)
 
 
 def test_index_missing_after_crash_is_rebuilt_from_sqlite(tmp_path, embedder):

@@ -24,8 +24,8 @@ from comprl_gym.lessons.probe import (
 )
 from comprl_gym.rollouts import Trajectory
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
-from comprl_gym.trainers.probe_command import build_extractor
 from comprl_gym.trainers.probing import ExtractorWriter, probed_families
+from comprl_gym.trainers.run import build_extractor
 
 
 @pytest.fixture(scope="module")

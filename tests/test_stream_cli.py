@@ -136,7 +136,10 @@ def test_bad_arms_and_a_missing_run_are_refused_before_anything_is_played(tmp_pa
     assert "unknown arm(s) ['oracel']" in err and "oracle, inverted, placebo" in err
     assert not (out / "episodes.jsonl").exists()
     assert main([*base, "--run", str(tmp_path / "no-run"), "--out", str(out)]) == 2
-    assert "no checkpoint there" in capsys.readouterr().err
+    assert "no-run is not a run folder: no such folder" in capsys.readouterr().err
+    (tmp_path / "untrained" / "checkpoints").mkdir(parents=True)  # a run that saved none
+    assert main([*base, "--run", str(tmp_path / "untrained"), "--out", str(out)]) == 2
+    assert "checkpoints/latest: no checkpoint there" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

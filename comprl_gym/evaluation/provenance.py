@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import platform
-import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -234,31 +232,15 @@ def training_provenance(
     }
 
 
-def run_provenance(source: str | os.PathLike[str], models: dict[str, Any]) -> dict[str, Any]:
-    """Where a streamed agent came from. A training run's folder: its latest checkpoint's
-    files with their sha256 (they hold the trained weights: the LoRA adapters under LoRA) and,
-    from the run's ``provenance.json``, the models it started from and the tasks it trained
-    on. A config file (a run before training): the weights its ``models`` (role -> settings
-    with ``model`` and ``init_weights``) load, and no training tasks."""
-    path = Path(source)
-    if not path.is_dir():
-        loaded = {
-            role: model_weights(s.model, getattr(s, "init_weights", "") or "")
-            for role, s in models.items()
-        }
-        return {"config": portable_path(path), "models": loaded, "training_tasks": None}
-    pointer = path / "checkpoints" / "latest"
-    folder = path / "checkpoints" / pointer.read_text().strip()
-    trained = json.loads((path / PROVENANCE_FILE).read_text(encoding="utf-8"))
-    return {
-        "path": portable_path(path),
-        "checkpoint": {
-            "name": folder.name,
-            "files": {p.name: file_sha256(p) for p in sorted(folder.glob("*.pt"))},
-        },
-        "models": trained.get("models"),
-        "training_tasks": trained.get("training_tasks"),
+def config_provenance(config: str | os.PathLike[str], models: dict[str, Any]) -> dict[str, Any]:
+    """Where an agent built from a training config (a run before training) came from: the
+    weights its ``models`` (role -> settings with ``model`` and ``init_weights``) load, and no
+    training tasks. A trained run's record is :meth:`comprl_gym.trainers.run.Run.origin`'s."""
+    loaded = {
+        role: model_weights(s.model, getattr(s, "init_weights", "") or "")
+        for role, s in models.items()
     }
+    return {"config": portable_path(Path(config)), "models": loaded, "training_tasks": None}
 
 
 def agent_info(spec: str, seeds: list[int]) -> dict[str, Any]:
@@ -293,14 +275,16 @@ def experience_info(folder: str | os.PathLike[str] | None) -> dict[str, Any] | N
     """Entries of an experience store and one hash of their text (read-only)."""
     if not folder:
         return None
-    path = Path(folder) / "experiences.sqlite3"
+    from comprl_gym.experience.database import DB_NAME, ExperienceDatabase
+
+    path = Path(folder) / DB_NAME
     if not path.exists():
         return {"path": str(folder), "entries": 0, "sha256": None}
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        rows = db.execute(
-            "SELECT id, title, description, content, env_family, status FROM experiences "
-            "ORDER BY id"
-        ).fetchall()
+    with ExperienceDatabase(path, readonly=True) as db:
+        rows = [
+            (e.id, e.title, e.description, e.content, e.env_family, e.status)
+            for e in db.iter_experiences(include_inactive=True)
+        ]
     digest = hashlib.sha256()
     for row in rows:
         digest.update(repr(row).encode("utf-8") + b"\n")
@@ -332,7 +316,8 @@ def write_provenance(
     run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``provenance.json`` into ``out_dir`` (atomically) and return it. ``run``: where
-    the agent came from when it is a training run's (:func:`run_provenance`)."""
+    the agent came from (a trained run's :meth:`comprl_gym.trainers.run.Run.origin`, a
+    config's :func:`config_provenance`)."""
     record = build_provenance(config, wall_time_s, suite)
     if run is not None:
         record["run"] = run

@@ -292,7 +292,8 @@ def run_stream(
     ``agent`` defaults to ``config.agent`` read as an eval spec (:func:`spec_agent`); ``own``
     makes the ``own`` arm's ``learn`` from its store (a trained extractor's ``write``);
     ``run`` is the agent's origin for ``provenance.json``
-    (:func:`~comprl_gym.evaluation.provenance.run_provenance`).
+    (:meth:`comprl_gym.trainers.run.Run.origin` or
+    :func:`~comprl_gym.evaluation.provenance.config_provenance`).
     """
     started = time.time()
     out = Path(config.out_dir)

@@ -189,6 +189,12 @@ class ExperienceDatabase:
         synchronous: SQLite ``synchronous`` pragma.
         quick_check: run ``PRAGMA quick_check`` on open.
         repair: salvage the readable rows of a damaged file instead of raising.
+        readonly: only read: no schema, migration or lesson is written, and every write
+            raises ``sqlite3.OperationalError``. A store whose WAL holds no commit (closed, or
+            a run's checkpoint copy) is read as immutable and no file is touched; one with
+            commits in its WAL is read through it. Read a store no process is writing to (a
+            finished run's) for an exact snapshot. The store must be at
+            :data:`SCHEMA_VERSION` (open it once read-write to migrate it).
     """
 
     def __init__(
@@ -199,20 +205,33 @@ class ExperienceDatabase:
         quick_check: bool = True,
         *,
         repair: bool = False,
+        readonly: bool = False,
     ):
         self.path = Path(path)
         self.dim = dim
+        self.readonly = readonly
         self._synchronous = synchronous
         self._quick_check = quick_check
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self.writer = self._open(repair)
+        self.writer = self._open_readonly() if readonly else self._open(repair)
+
+    def __enter__(self) -> ExperienceDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ opening
     def _connect(self, readonly: bool = False) -> sqlite3.Connection:
         if readonly:
-            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            # Commits still in the WAL: read through it (which writes SQLite's -shm index).
+            # None (closed, or checkpointed as a run's checkpoint copy is): every commit is in
+            # the file, read as immutable, which touches no file.
+            wal = Path(f"{self.path}-wal")
+            mode = "mode=ro" if wal.exists() and wal.stat().st_size else "immutable=1"
+            uri = f"{self.path.resolve().as_uri()}?{mode}"
             conn = sqlite3.connect(
                 uri, uri=True, timeout=60, check_same_thread=False, isolation_level=None
             )
@@ -221,6 +240,27 @@ class ExperienceDatabase:
                 self.path, timeout=60, check_same_thread=False, isolation_level=None
             )
         conn.execute("PRAGMA busy_timeout = 60000")
+        return conn
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        if not self.path.is_file():
+            raise DataError(self.path, "no experience database here")
+        conn = self._connect(readonly=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise DataError(
+                self.path, f"the experience database is corrupt or not a SQLite file ({exc})"
+            ) from exc
+        if row is None or int(row[0]) != SCHEMA_VERSION:
+            conn.close()
+            raise DataError(
+                self.path,
+                f"the store is at schema {row[0] if row else 'unknown'}, this version reads "
+                f"{SCHEMA_VERSION}",
+                "open it once read-write (ExperienceManager) to migrate it",
+            )
         return conn
 
     def _open(self, repair: bool) -> sqlite3.Connection:
@@ -359,7 +399,7 @@ class ExperienceDatabase:
         """A per-thread read connection (WAL lets readers run beside the writer)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._connect()
+            conn = self._connect(self.readonly)
             conn.execute("PRAGMA query_only = 1")
             self._local.conn = conn
             with self._readers_lock:

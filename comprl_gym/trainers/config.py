@@ -363,6 +363,35 @@ class WarmupConfig:
             raise ConfigurationError("warmup.split must name a task split (e.g. train)")
 
 
+def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    """``data`` (a config mapping, changed in place and returned) with ``KEY=VALUE``
+    ``overrides`` set, as ``comprl-gym train --set`` sets them: KEY may be dotted, VALUE is
+    read as JSON when it parses, else as a string.
+
+    Example:
+        >>> apply_overrides({"actor": {"lr": 1.0}}, ["actor.lr=1e-5", "tag=a b"])
+        {'actor': {'lr': 1e-05}, 'tag': 'a b'}
+    """
+    for text in overrides or []:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ConfigurationError(
+                f"an override is KEY=VALUE (KEY may be dotted: actor.lr=1e-5), got {text!r}"
+            )
+        try:
+            parsed: Any = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        *parents, leaf = key.split(".")
+        node = data
+        for name in parents:
+            node = node.setdefault(name, {})
+            if not isinstance(node, dict):
+                raise ConfigurationError(f"override {text!r}: {name!r} is not a mapping")
+        node[leaf] = parsed
+    return data
+
+
 @dataclass
 class TrainConfig:
     """Everything a training run needs. ``comprl-gym train --config FILE`` reads this from YAML."""
@@ -517,25 +546,7 @@ class TrainConfig:
             raise DataError(path, f"not valid YAML: {exc}") from exc
         if data is not None and not isinstance(data, dict):
             raise DataError(path, "the top level must be a mapping of config keys")
-        data = data or {}
-        for text in overrides or []:
-            key, sep, value = text.partition("=")
-            if not sep:
-                raise ConfigurationError(
-                    f"an override is KEY=VALUE (KEY may be dotted: actor.lr=1e-5), got {text!r}"
-                )
-            try:
-                parsed: Any = json.loads(value)
-            except json.JSONDecodeError:
-                parsed = value
-            *parents, leaf = key.split(".")
-            node = data
-            for name in parents:
-                node = node.setdefault(name, {})
-                if not isinstance(node, dict):
-                    raise ConfigurationError(f"override {text!r}: {name!r} is not a mapping")
-            node[leaf] = parsed
-        return cls.from_dict(data)
+        return cls.from_dict(apply_overrides(data or {}, overrides))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -226,8 +226,7 @@ def climb(
     from comprl_gym.experience import ExperienceConfig, ExperienceManager
     from comprl_gym.lessons.probe import walked_both_ways
     from comprl_gym.seeding import seed_everything
-    from comprl_gym.trainers.engines import policy_backend
-    from comprl_gym.trainers.extractor import ExperienceExtractor
+    from comprl_gym.trainers.run import build_extractor
 
     rung = EXTRACTOR_RUNGS[rung] if isinstance(rung, str) else rung
     if learner not in ("rl", "supervised"):
@@ -248,22 +247,20 @@ def climb(
         experience.cispo_normalization,
     )
     loss = cispo if learner == "rl" else CrossEntropy()
-    optimizer = PolicyOptimizer.from_settings(model, "extractor", loss=loss)
-    backend = policy_backend(optimizer)
+    extractor = build_extractor(
+        model,
+        dataclasses.replace(experience, extractor_batch_size=batch_size, min_quality=0.0),
+        seed,
+        loss=loss,
+        trainable=True,
+    )
+    optimizer, backend = extractor.optimizer, extractor.backend
     settings = {**dataclasses.asdict(model), "extractor_baseline": experience.extractor_baseline}
     result = RungResult(rung.name, learner, settings)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="comprl-ladder-") as folder:
         manager = ExperienceManager(folder, ExperienceConfig(diversify=False, max_entries=256))
-        extractor = ExperienceExtractor(
-            backend,
-            optimizer,
-            manager,
-            dataclasses.replace(experience, extractor_batch_size=batch_size, min_quality=0.0),
-            max_new_tokens=model.max_new_tokens,
-            temperature=model.temperature,
-            seed=seed,
-        )
+        extractor.manager = manager
         try:
             result.curve.append(evaluate(backend, extractor.format, rung, held_out, 0))
             # RL writes ``extractor_samples`` lessons about each episode; the supervised

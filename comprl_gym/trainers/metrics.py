@@ -23,6 +23,8 @@ from comprl_gym.utils import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
+#: A training run's metrics log: one JSON line per iteration.
+METRICS_FILE = "metrics.jsonl"
 
 #: Below this mean entropy (nats per trained token) an update's policy is all but
 #: deterministic at the tokens it trains: its samples no longer explore, and a policy
@@ -74,6 +76,12 @@ def warn_on_collapse(record: dict[str, Any], iteration: int) -> None:
         logger.warning("iteration %s: %s", iteration, message)
 
 
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a metrics log (``metrics.jsonl``), one per line, in order."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 class MetricsLogger:
     """Append-only ``metrics.jsonl`` plus TensorBoard scalars under ``<folder>/tensorboard``.
 
@@ -84,7 +92,7 @@ class MetricsLogger:
     def __init__(self, folder: str | Path, tensorboard: bool = True):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / "metrics.jsonl"
+        self.path = self.folder / METRICS_FILE
         self._writer = None
         if tensorboard:
             try:
@@ -118,9 +126,7 @@ class MetricsLogger:
         atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [json.loads(x) for x in self.path.read_text(encoding="utf-8").splitlines() if x]
+        return read_metrics(self.path) if self.path.exists() else []
 
     def close(self) -> None:
         if self._writer is not None:

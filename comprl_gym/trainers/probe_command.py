@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from comprl_gym.core import ConfigurationError
@@ -33,61 +32,23 @@ if TYPE_CHECKING:
 # ``comprl-gym`` command stays as light as it was.
 
 
-def build_extractor(
-    model: ModelSettings,
-    settings: ExperienceSettings,
-    seed: int = 0,
-    model_state: dict[str, Any] | None = None,
-) -> ExperienceExtractor:
-    """An extractor of ``model`` (frozen) that writes as ``settings`` say, with the weights of
-    ``model_state`` (a checkpoint's extractor model state) when given."""
-    from comprl_gym.trainers.engines import policy_backend
-    from comprl_gym.trainers.extractor import ExperienceExtractor
-    from comprl_gym.trainers.policy import PolicyOptimizer
-
-    optimizer = PolicyOptimizer.from_settings(model, "extractor", trainable=False)
-    if model_state is not None:
-        optimizer.model.load_state_dict(model_state)
-    optimizer.model.eval()
-    return ExperienceExtractor(
-        policy_backend(optimizer),
-        optimizer,
-        None,
-        settings,
-        max_new_tokens=model.max_new_tokens,
-        temperature=model.temperature,
-        seed=seed,
-    )
-
-
 def run_extractors(
     run_dir: str | os.PathLike[str], frozen: bool = True
 ) -> tuple[TrainConfig, dict[str, Any], list[tuple[str, ExperienceExtractor]]]:
     """A saved run's config, where its weights came from, and its extractors: the trained one
     (its newest checkpoint) and, with ``frozen``, the same model with its initial weights."""
-    from comprl_gym.evaluation.provenance import file_sha256, portable_path
-    from comprl_gym.trainers.checkpoint import CheckpointManager
+    from comprl_gym.evaluation.provenance import portable_path
+    from comprl_gym.trainers.run import Run
 
-    data = CheckpointManager(run_dir).load()
-    state = data["state"]
-    if "extractor" not in state:
-        raise ConfigurationError(f"{run_dir}: the run has no extractor (its algorithm uses none)")
-    config = TrainConfig.from_dict(state["config"])
-    checkpoint = Path(data["path"]) / "trainer.pt"
-    source = {"checkpoint": portable_path(checkpoint), "sha256": file_sha256(checkpoint)}
-    model_state = state["extractor"]["optimizer"]["model"]
-    extractors = [
-        (
-            f"trained extractor (step {data['step']})",
-            build_extractor(config.extractor, config.experience, config.seed, model_state),
-        )
-    ]
+    run = Run(run_dir)
+    checkpoint = run.checkpoint()
+    config = checkpoint.config
+    trainer_file = checkpoint.path / "trainer.pt"
+    source = {"checkpoint": portable_path(trainer_file), "sha256": checkpoint.files()["trainer.pt"]}
+    extractors = [(f"trained extractor (step {checkpoint.step})", run.extractor())]
     if frozen:
         extractors.append(
-            (
-                f"frozen extractor ({config.extractor.model})",
-                build_extractor(config.extractor, config.experience, config.seed),
-            )
+            (f"frozen extractor ({config.extractor.model})", run.extractor(initial=True))
         )
     return config, source, extractors
 
@@ -99,6 +60,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from comprl_gym.families import family_specs
     from comprl_gym.lessons.probe import ScriptedRule, can_probe, probe_table
     from comprl_gym.trainers.probing import ExtractorWriter, probe_reports, probed_families
+    from comprl_gym.trainers.run import build_extractor
     from comprl_gym.utils import atomic_write_json, jsonable, writes_to_stdout
 
     # The JSON alone on standard output when it goes there (--out -): the tables to stderr.
@@ -187,4 +149,4 @@ def add_commands(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_probe)
 
 
-__all__ = ["add_commands", "build_extractor", "run_extractors"]
+__all__ = ["add_commands", "run_extractors"]
