@@ -78,6 +78,36 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
             "experience.extractor_baseline=context",
         ],
     ),
+    "context-choices-t3-lr1e-3": (
+        "rl",
+        [
+            "extractor.score=choices",
+            "extractor.temperature=3.0",
+            "experience.extractor_samples=4",
+            "experience.extractor_baseline=context",
+            "extractor.lr=1e-3",
+        ],
+    ),
+    "context-choices-t3-lr5e-4": (
+        "rl",
+        [
+            "extractor.score=choices",
+            "extractor.temperature=3.0",
+            "experience.extractor_samples=4",
+            "experience.extractor_baseline=context",
+            "extractor.lr=5e-4",
+        ],
+    ),
+    "context-choices-t3-warmup": (
+        "rl",
+        [
+            "extractor.score=choices",
+            "extractor.temperature=3.0",
+            "experience.extractor_samples=4",
+            "experience.extractor_baseline=context",
+            "extractor.lr_warmup_steps=10",
+        ],
+    ),
     "context": (
         "rl",
         ["experience.extractor_samples=4", "experience.extractor_baseline=context"],

@@ -565,6 +565,26 @@ def test_score_choices_scores_the_models_own_choice_at_temperature_one():
     assert after[1] > before[1] + 0.01
 
 
+def test_lr_warm_up_scales_the_first_steps_linearly():
+    """With ``lr_warmup_steps: 4`` the first step runs at a quarter of the rate: Adam's first
+    step moves each trained weight by about its rate (``lr * g / |g|``), so by at most lr/4."""
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+
+    optimizer = PolicyOptimizer.from_settings(
+        ModelSettings(model="tiny", lr=1e-2, lr_warmup_steps=4, max_grad_norm=0), "actor"
+    )
+    trained = [p for p in optimizer.model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in trained]
+    optimizer.update([TrainSample.from_generation([5, 9, 13, 17], [40], 1.0)])
+    moved = max(float((p - b).abs().max()) for p, b in zip(trained, before))
+    assert 0.9 * 2.5e-3 < moved <= 2.5e-3 * 1.001
+    assert [g["lr"] for g in optimizer.optimizer.param_groups] == [2.5e-3]
+    for _ in range(4):
+        optimizer.update([TrainSample.from_generation([5, 9, 13, 17], [40], 1.0)])
+    assert [g["lr"] for g in optimizer.optimizer.param_groups] == [1e-2]
+
+
 def test_score_raw_entropy_is_over_the_whole_vocabulary_at_temperature_one():
     from comprl_gym.trainers.config import ModelSettings
     from comprl_gym.trainers.policy import PolicyOptimizer

@@ -59,6 +59,11 @@ class ModelSettings:
     model: str = "smollm2"
     #: Learning rate of AdamW.
     lr: float = 1e-5
+    #: Linear learning-rate warm-up over the first this many optimiser steps (``lr * step /
+    #: N``; 0: none, the reference's constant rate). Adam's first steps move every trained
+    #: weight by about ``lr`` whatever its gradient's size; on the ladder's rule rung a
+    #: policy gradient's first five steps at full rate could fix one side for every episode.
+    lr_warmup_steps: int = 0
     #: AdamW weight decay.
     weight_decay: float = 0.0
     #: Global gradient-norm clip (0 disables it).
@@ -120,6 +125,8 @@ class ModelSettings:
             raise ConfigurationError(
                 f"score must be 'raw', 'sampled' or 'choices', got {self.score!r}"
             )
+        if self.lr_warmup_steps < 0:
+            raise ConfigurationError(f"lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}")
         if self.entropy_coef < 0:
             raise ConfigurationError(f"entropy_coef must be >= 0, got {self.entropy_coef}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

@@ -533,6 +533,10 @@ class PolicyOptimizer:
             norm = torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        if self.settings.lr_warmup_steps:
+            scale = min(1.0, (self.steps + 1) / self.settings.lr_warmup_steps)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.settings.lr * scale
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
