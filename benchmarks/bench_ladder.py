@@ -15,6 +15,7 @@ choice entropy). The result goes to ``benchmarks/results/ladder.json`` with a pl
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import time
@@ -108,6 +109,17 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
             "extractor.lr_warmup_steps=10",
         ],
     ),
+    # Sampled near-uniformly (temperature 10): the side the model does not prefer is drawn in
+    # about a third of the lessons even at a 8-nat margin, so groups keep comparing both.
+    "context-choices-t10": (
+        "rl",
+        [
+            "extractor.score=choices",
+            "extractor.temperature=10.0",
+            "experience.extractor_samples=4",
+            "experience.extractor_baseline=context",
+        ],
+    ),
     "context": (
         "rl",
         ["experience.extractor_samples=4", "experience.extractor_baseline=context"],
@@ -168,7 +180,7 @@ def plot(results: list[RungResult], path: Path) -> None:
     for column, rung in enumerate(rungs):
         for result in (r for r in results if r.rung == rung):
             xs = [p.updates for p in result.curve]
-            label = result.settings["variant"]
+            label = f"{result.settings['variant']} (seed {result.seed})"
             axes[0][column].plot(
                 xs, [p.greedy_right / p.episodes for p in result.curve], "o-", label=label
             )
@@ -193,6 +205,10 @@ PROGRESS = re.compile(
 )
 
 
+#: The line under it: greedy right per kind of probe episode.
+BY_KIND = re.compile(r"^    greedy right by kind: (?P<by_kind>\{[^}]*\});")
+
+
 def from_log(path: Path, seed: int) -> list[dict]:
     """The curves of runs stopped before they wrote their result (killed for time), read back
     from the progress lines they printed: their evaluations as printed (two decimals), marked
@@ -202,6 +218,10 @@ def from_log(path: Path, seed: int) -> list[dict]:
         match = PROGRESS.match(line)
         if match:
             curves.setdefault((match["rung"], match["variant"]), []).append(match.groupdict())
+        kinds = BY_KIND.match(line)
+        if kinds and curves:
+            last = list(curves.values())[-1][-1]
+            last["by_kind"] = ast.literal_eval(kinds["by_kind"])
     rows = []
     for (rung, variant), points in curves.items():
         learner, overrides = VARIANTS[variant]
@@ -212,6 +232,7 @@ def from_log(path: Path, seed: int) -> list[dict]:
                 int(p["episodes"]),
                 float(p["p"]),
                 float(p["entropy"]),
+                greedy_right_by_kind=p.get("by_kind", {}),
             )
             for p in points
         ]

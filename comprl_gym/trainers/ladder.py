@@ -117,6 +117,7 @@ class RungResult:
     settings: dict[str, Any]
     curve: list[LadderPoint] = field(default_factory=list)
     time_s: float = 0.0
+    seed: int = 0
 
     @property
     def solved_at(self) -> int | None:
@@ -132,6 +133,7 @@ class RungResult:
             data["settings"],
             [LadderPoint(**point) for point in data["curve"]],
             data["time_s"],
+            data.get("seed", 0),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +143,7 @@ class RungResult:
             "settings": self.settings,
             "solved_at": self.solved_at,
             "time_s": self.time_s,
+            "seed": self.seed,
             "curve": [dataclasses.asdict(p) for p in self.curve],
         }
 
@@ -256,7 +259,7 @@ def climb(
     )
     optimizer, backend = extractor.optimizer, extractor.backend
     settings = {**dataclasses.asdict(model), "extractor_baseline": experience.extractor_baseline}
-    result = RungResult(rung.name, learner, settings)
+    result = RungResult(rung.name, learner, settings, seed=seed)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="comprl-ladder-") as folder:
         manager = ExperienceManager(folder, ExperienceConfig(diversify=False, max_entries=256))
@@ -332,20 +335,20 @@ def ladder_table(results: list[RungResult]) -> str:
         >>> r = RungResult("rule", "rl", {}, [LadderPoint(0, 16, 32, 0.5, 0.69),
         ...                                    LadderPoint(5, 32, 32, 0.9, 0.3)], 12.0)
         >>> print(ladder_table([r]))
-        | rung | learner | solved at (updates) | greedy right (last) | P(target) (last) | choice entropy (first → last) | time |
-        | --- | --- | --- | --- | --- | --- | --- |
-        | rule | rl | 5 | 32/32 | 0.90 | 0.69 → 0.30 | 12 s |
+        | rung | learner | seed | solved at (updates) | greedy right (last) | P(target) (last) | choice entropy (first → last) | time |
+        | --- | --- | --- | --- | --- | --- | --- | --- |
+        | rule | rl | 0 | 5 | 32/32 | 0.90 | 0.69 → 0.30 | 12 s |
     """
     lines = [
-        "| rung | learner | solved at (updates) | greedy right (last) | P(target) (last) "
+        "| rung | learner | seed | solved at (updates) | greedy right (last) | P(target) (last) "
         "| choice entropy (first → last) | time |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         first, last = r.curve[0], r.curve[-1]
         solved = "-" if r.solved_at is None else str(r.solved_at)
         lines.append(
-            f"| {r.rung} | {r.learner} | {solved} | {last.greedy_right}/{last.episodes} "
+            f"| {r.rung} | {r.learner} | {r.seed} | {solved} | {last.greedy_right}/{last.episodes} "
             f"| {last.mean_p_target:.2f} | {first.mean_choice_entropy:.2f} → "
             f"{last.mean_choice_entropy:.2f} | {r.time_s:.0f} s |"
         )
