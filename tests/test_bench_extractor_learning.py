@@ -1,23 +1,17 @@
-"""The extractor-learning benchmark's reading of a probe (``benchmarks/bench_extractor_learning.py``),
-worked by hand on probe reports as ``comprl-gym probe --out`` writes them, on the probe's 8
-dungeons with the stairs east and 8 west, each walked both ways: 16 won and 16 lost."""
+"""The extractor-learning benchmark's reading of a probe (``benchmarks/extractor_learning/
+run.py``), worked by hand on probe reports as ``comprl-gym probe --out`` writes them, on the
+probe's 8 dungeons with the stairs east and 8 west, each walked both ways: 16 won and 16 lost."""
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 from conftest import REPO_ROOT
 
+from benchmarks.extractor_learning import run as bench
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.probe import PROBE_DUNGEONS
 from comprl_gym.families import family_spec
 from comprl_gym.lessons.probe import ProbeReport, ProbeVerdict
-
-BENCH = REPO_ROOT / "benchmarks" / "bench_extractor_learning.py"
-spec = importlib.util.spec_from_file_location("bench_extractor_learning", BENCH)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
 
 #: The probe's own dungeons: 8 with the stairs east, 8 west.
 DUNGEONS = [dungeon(i) for i in PROBE_DUNGEONS]

@@ -4,10 +4,8 @@ at tiny size trains, streams and tables a plan end to end."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 
 import gymnasium as gym
 import pytest
@@ -16,17 +14,11 @@ from conftest import REPO_ROOT
 from test_memory_recipes import TINY
 
 import comprl_gym  # noqa: F401  (registers the envs)
+from benchmarks.sealed_table import run as bench
 from comprl_gym.envs.memory import dungeon, pool
 from comprl_gym.envs.memory.dungeons import slug
 from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.trainers import TrainConfig
-
-spec = importlib.util.spec_from_file_location(
-    "bench_sealed_table", REPO_ROOT / "benchmarks" / "bench_sealed_table.py"
-)
-bench = importlib.util.module_from_spec(spec)
-sys.modules["bench_sealed_table"] = bench
-spec.loader.exec_module(bench)
 
 
 def test_the_committed_plan_trains_on_train_dungeons_and_streams_the_sealed_ones():

@@ -216,13 +216,17 @@ def test_the_figure_check_catches_a_wrong_digit():
 # --------------------------------------------------------------------------------------------
 # Reproduce commands exist; the README is a guide
 # --------------------------------------------------------------------------------------------
-SCRIPT_COMMAND = re.compile(r"python ((?:benchmarks|scripts)/[\w/]+\.py)([^`\n]*)")
+#: ``python scripts/X.py ...`` or ``python -m benchmarks.STUDY.run ...``: a script or a module.
+SCRIPT_COMMAND = re.compile(
+    r"python (?:((?:benchmarks|scripts)/[\w/]+\.py)|-m (benchmarks(?:\.\w+)+))([^`\n]*)"
+)
 
 
 def test_every_reproduce_command_names_a_script_and_options_it_has():
     found = 0
     for page in _pages():
-        for script, rest in SCRIPT_COMMAND.findall(page.read_text(encoding="utf-8")):
+        for script, module, rest in SCRIPT_COMMAND.findall(page.read_text(encoding="utf-8")):
+            script = script or module.replace(".", "/") + ".py"
             source = (REPO_ROOT / script).read_text(encoding="utf-8")
             for option in re.findall(r"(?<!\S)(--[\w-]+)", rest.split("#")[0]):
                 if option == "--help":
