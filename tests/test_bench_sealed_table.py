@@ -210,12 +210,13 @@ def test_a_killed_training_run_resumes_and_a_killed_stream_starts_again(tmp_path
     )
     train = tmp_path / "grpo-seed0"
     (train / "checkpoints").mkdir(parents=True)
-    bench.run_step(train, ["cli", "train", "--config", "c.yaml"])
-    assert ran[-1] == ["cli", "train", "--config", "c.yaml", "--set", "resume=true"]
+    bench.run_step(train, ["comprl-gym", "train", "--config", "c.yaml"])
+    # recorded as `comprl-gym train ...`, run by this Python's comprl_gym.cli
+    assert ran[-1] == [*bench.CLI, "train", "--config", "c.yaml", "--set", "resume=true"]
     stream = tmp_path / "stream-grpo-seed0"
     stream.mkdir()
     (stream / "episodes.jsonl").write_text("{}\n")
-    bench.run_step(stream, ["cli", "stream", "--output-dir", str(stream)])
+    bench.run_step(stream, ["comprl-gym", "stream", "--output-dir", str(stream)])
     assert not stream.exists()  # the command makes it anew
     (aside,) = tmp_path.glob("stream-grpo-seed0.unfinished-*")
     assert (aside / "episodes.jsonl").read_text() == "{}\n"  # nothing lost
@@ -223,7 +224,7 @@ def test_a_killed_training_run_resumes_and_a_killed_stream_starts_again(tmp_path
         bench.subprocess, "run", lambda command, cwd: subprocess.CompletedProcess(command, 1)
     )
     with pytest.raises(SystemExit, match="the command failed"):
-        bench.run_step(tmp_path / "new", ["cli", "train"])
+        bench.run_step(tmp_path / "new", ["comprl-gym", "train"])
 
 
 @pytest.mark.slow

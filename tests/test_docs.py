@@ -228,6 +228,9 @@ def test_every_reproduce_command_names_a_script_and_options_it_has():
         for script, module, rest in SCRIPT_COMMAND.findall(page.read_text(encoding="utf-8")):
             script = script or module.replace(".", "/") + ".py"
             source = (REPO_ROOT / script).read_text(encoding="utf-8")
+            # with the shared code it imports (a study's command line may be benchmarks.common's)
+            for shared in re.findall(r"^from (benchmarks(?:\.\w+)+) import", source, flags=re.M):
+                source += (REPO_ROOT / (shared.replace(".", "/") + ".py")).read_text("utf-8")
             for option in re.findall(r"(?<!\S)(--[\w-]+)", rest.split("#")[0]):
                 if option == "--help":
                     assert "argparse" in source, script  # argparse gives every parser --help

@@ -35,17 +35,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
-from benchmarks.common import REPO, RESULTS
+from benchmarks.common import REPO, RESULTS, RUNS, comprl_gym, fresh, write_result
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.evaluation.stats import paired_comparison
 from comprl_gym.families import family_spec
 from comprl_gym.utils import atomic_write_json
 
 CONFIG = "configs/extractor-credit.yaml"
-CLI = str(REPO / ".venv" / "bin" / "comprl-gym")
 #: The probe report names of ``comprl-gym probe --run`` (trained first, then frozen, then the rule).
 WRITERS = ("trained", "frozen", "outcome_aware")
 #: Iterations per window of :func:`trained_lessons`'s ``by_window``.
@@ -107,15 +105,12 @@ TRIES = {
 def run_folder(seed: int, iterations: int | None = None) -> Path:
     """A seed's run of the config; ``iterations``: its continuation to that iteration."""
     suffix = f"-{iterations}it" if iterations else ""
-    return REPO / "runs" / f"extractor-credit-seed{seed}{suffix}"
+    return RUNS / f"extractor-credit-seed{seed}{suffix}"
 
 
 def train_and_probe(seed: int) -> None:
-    folder = run_folder(seed)
-    if folder.exists():
-        raise SystemExit(f"{folder} exists: move it away, or summarise it with --reuse")
-    train = [CLI, "train", "--config", CONFIG, "--set", f"seed={seed}", "--output-dir", str(folder)]
-    subprocess.run(train, check=True, cwd=REPO)
+    folder = fresh(run_folder(seed))
+    comprl_gym("train", "--config", CONFIG, "--set", f"seed={seed}", "--output-dir", str(folder))
     probe(folder)
 
 
@@ -130,17 +125,15 @@ def continue_and_probe(seed: int, iterations: int) -> None:
     if not folder.exists():
         shutil.copytree(source, folder)
         (folder / "probe.json").unlink(missing_ok=True)  # the 40-iteration probe is not this one
-    train = [
-        CLI, "train", "--config", CONFIG, "--set", f"seed={seed}", "--set", "resume=true",
+    comprl_gym(
+        "train", "--config", CONFIG, "--set", f"seed={seed}", "--set", "resume=true",
         "--set", f"iterations={iterations}", "--output-dir", str(folder),
-    ]  # fmt: skip
-    subprocess.run(train, check=True, cwd=REPO)
+    )  # fmt: skip
     probe(folder)
 
 
 def probe(folder: Path) -> None:
-    command = [CLI, "probe", "--run", str(folder), "--out", str(folder / "probe.json")]
-    subprocess.run(command, check=True, cwd=REPO)
+    comprl_gym("probe", "--run", str(folder), "--out", str(folder / "probe.json"))
 
 
 def named_side(verdict: dict) -> str:
@@ -407,7 +400,7 @@ def perfect_credit_summary() -> dict:
     """Each perfect-credit diagnostic's probe and curve (``--perfect-credit``) that ran."""
     out = {}
     for name, overrides in PERFECT_RUNS.items():
-        folder = REPO / "runs" / name
+        folder = RUNS / name
         if (folder / "probe.json").exists():
             reports = json.loads((folder / "probe.json").read_text())["families"]["memory"]
             out[name] = {
@@ -419,7 +412,7 @@ def perfect_credit_summary() -> dict:
 
 
 #: Where ``--representation`` keeps :func:`representation_probe`'s result for the summary.
-REPRESENTATION = REPO / "runs" / "extractor-credit-representation.json"
+REPRESENTATION = RUNS / "extractor-credit-representation.json"
 #: Hidden-state layers :func:`representation_probe` reads: the input of the top 8 blocks (the
 #: ones the config's LoRA adapts), and the last (after the final norm, what the LM head reads).
 REPRESENTATION_LAYERS = (22, 30)
@@ -537,7 +530,7 @@ def representation_probe(writers: list[str]) -> dict:
 def continued_runs(seed: int) -> list[tuple[int, Path]]:
     """The seed's continuations that were probed, ``(iterations, folder)``, fewest first."""
     found = []
-    for folder in (REPO / "runs").glob(f"{run_folder(seed).name}-*it"):
+    for folder in RUNS.glob(f"{run_folder(seed).name}-*it"):
         iterations = folder.name.rsplit("-", 1)[1].removesuffix("it")
         if iterations.isdigit() and (folder / "probe.json").exists():
             found.append((int(iterations), folder))
@@ -565,10 +558,10 @@ def summarise(seeds: list[int]) -> dict:
         "tries": {
             name: {
                 **{k: v for k, v in t.items() if k != "folder"},
-                **run_summary(REPO / "runs" / t["folder"]),
+                **run_summary(RUNS / t["folder"]),
             }
             for name, t in TRIES.items()
-            if (REPO / "runs" / t["folder"] / "metrics.jsonl").exists()
+            if (RUNS / t["folder"] / "metrics.jsonl").exists()
         },
         "perfect_credit": perfect_credit_summary(),
         # ``--representation``: the rule read linearly from each extractor's features
@@ -663,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.perfect_credit:
-        folder = REPO / "runs" / args.perfect_folder
+        folder = RUNS / args.perfect_folder
         folder.mkdir(parents=True, exist_ok=True)
         overrides = PERFECT_RUNS[args.perfect_folder]
         record = perfect_credit(0, args.perfect_credit, folder / "probe.json", overrides)
@@ -679,9 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds if args.continue_to else []:
         continue_and_probe(seed, args.continue_to)
     result = summarise(seeds)
-    atomic_write_json(args.out, result)
-    plot(result, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
+    write_result(args.out, result, plot)
     return 0
 
 

@@ -29,50 +29,39 @@ Run:  python -m benchmarks.landmark_rule.run          # ~45 min on 2 cores (the 
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
 from pathlib import Path
 
-from benchmarks.common import REPO, RESULTS
+from benchmarks.common import RESULTS, RUNS, ReaderStudy, warmup_summaries
 from comprl_gym.envs.memory import dungeon
-from comprl_gym.evaluation.eval import load_episodes
-from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stats import paired_comparison, proportion_ci
-from comprl_gym.evaluation.stream import stream_result
 from comprl_gym.evaluation.streaming import compare_runs
-from comprl_gym.trainers.warmup import warmup_loss_summary
-from comprl_gym.utils import atomic_write_json
 
-CONFIG = "configs/landmark-reader.yaml"
-READERS = {
-    "memory_reader": "assets/memory-reader/reader.pt",
-    "landmark_reader": "runs/landmark-reader/warmup/reader.pt",
-}
 ARMS = ("none", "rule", "rule_placebo", "inverted_rule")
 #: The treatments, each against the rule's placebo.
 VERSUS = (("rule", "rule_placebo"), ("inverted_rule", "rule_placebo"), ("rule", "none"))
 POOL, TASKS = "test_large", 128
-STREAM_ARGS = [
-    "--env", "comprl/Memory-Landmark-v0", "--split", POOL, "--tasks", str(TASKS),
-    "--visits", "1", "--env-arg", "observation_mode=compact", "--env-arg", "branch_length=2",
-    "--env-arg", "moves=open", "--max-steps", "5", "--temperature", "1.0", "--seed", "0",
-    "--arms", ",".join(ARMS),
-    *[arg for t, c in VERSUS for arg in ("--versus", f"{t}:{c}")],
-]  # fmt: skip
+STUDY = ReaderStudy(
+    name="landmark-rule",
+    config="configs/landmark-reader.yaml",
+    readers={
+        "memory_reader": "assets/memory-reader/reader.pt",
+        "landmark_reader": "runs/landmark-reader/warmup/reader.pt",
+    },
+    arms=ARMS,
+    versus=VERSUS,
+    pool_args=(
+        "--env", "comprl/Memory-Landmark-v0", "--split", POOL, "--tasks", str(TASKS),
+        "--visits", "1", "--env-arg", "observation_mode=compact", "--env-arg", "branch_length=2",
+        "--env-arg", "moves=open", "--max-steps", "5", "--temperature", "1.0", "--seed", "0",
+    ),
+)  # fmt: skip
+READERS = STUDY.readers
 STREAM_KEYS = ("streaming", "versus", "store_verdicts")
 #: The warm-ups' records: the reader streamed, and a first try (40 steps at lr 3e-4 with the
 #: oracle's sentence as a third format) that the config's comment describes.
-WARMUPS = {
-    "rule_reader": REPO / "runs" / "landmark-reader" / "warmup" / "warmup.json",
-    "first_try": REPO / "runs" / "landmark-reader-try1" / "warmup" / "warmup.json",
-}
+WARMUPS = {"rule_reader": RUNS / "landmark-reader", "first_try": RUNS / "landmark-reader-try1"}
 #: Where a first move goes (:func:`first_move`).
 MOVES = ("landmark_side", "other_side", "other")
-
-
-def stream_folder(reader: str) -> Path:
-    return REPO / "runs" / f"landmark-rule-{reader.replace('_', '-')}"
 
 
 def first_move(record: dict) -> str:
@@ -113,52 +102,19 @@ def first_moves(records: list[dict]) -> dict:
     }
 
 
-def run_stream(reader: str, path: str) -> None:
-    folder = stream_folder(reader)
-    if folder.exists():
-        raise SystemExit(f"{folder} exists: move it away, or summarise it with --reuse")
-    command = [
-        str(REPO / ".venv" / "bin" / "comprl-gym"), "stream", "--config", CONFIG,
-        "--set", f"actor.init_weights={path}", *STREAM_ARGS, "--output-dir", str(folder),
-    ]  # fmt: skip
-    subprocess.run(command, check=True, cwd=REPO)
-
-
 def summarise() -> dict:
-    out: dict = {
-        "question": "does the actor act on a written rule at a dungeon's first visit?",
-        "config": CONFIG,
-        "command": "comprl-gym stream --config "
-        + CONFIG
-        + " --set actor.init_weights=READER "
-        + " ".join(STREAM_ARGS),
-        "pool": POOL,
-        "pool_note": "test_large: never streamed in the landmark variant before; its fork "
+    out, streams = STUDY.summary(STREAM_KEYS, lambda records: {"first_moves": first_moves(records)})
+    out.update(
+        question="does the actor act on a written rule at a dungeon's first visit?",
+        pool=POOL,
+        pool_note="test_large: never streamed in the landmark variant before; its fork "
         "dungeons were used in three development runs",
-        "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
-        # the order the page prints them (the file's keys are sorted)
-        "arms": list(ARMS),
-        "comparisons": [f"{t} minus {c}" for t, c in VERSUS],
-        "readers": {},
-    }
-    streams = {}
-    for reader, path in READERS.items():
-        folder = stream_folder(reader)
-        streams[reader] = load_episodes(folder, repair=False)
-        out["readers"][reader] = {
-            "weights": {"path": path, "sha256": file_sha256(REPO / path)},
-            **stream_result(folder, STREAM_KEYS),
-            "first_moves": first_moves(streams[reader]),
-        }
+    )
     out["landmark_minus_memory"] = {
         arm: compare_runs(streams["landmark_reader"], streams["memory_reader"], arm)["all"]
         for arm in ARMS
     }
-    out["warmups"] = {
-        name: warmup_loss_summary(json.loads(path.read_text()))
-        for name, path in WARMUPS.items()
-        if path.exists()
-    }
+    out["warmups"] = warmup_summaries(WARMUPS)
     return out
 
 
@@ -198,26 +154,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--reuse", action="store_true", help="summarise streams already under runs/"
-    )
-    parser.add_argument("--out", type=Path, default=RESULTS / "landmark_rule.json")
-    args = parser.parse_args(argv)
-    if not args.reuse:
-        if not (REPO / READERS["landmark_reader"]).exists():
-            subprocess.run(
-                [str(REPO / ".venv" / "bin" / "comprl-gym"), "train", "--config", CONFIG],
-                check=True,
-                cwd=REPO,
-            )
-        for reader, path in READERS.items():
-            run_stream(reader, path)
-    result = summarise()
-    atomic_write_json(args.out, result)
-    plot(result, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
-    return 0
+    return STUDY.main(__doc__, RESULTS / "landmark_rule.json", summarise, plot, argv)
 
 
 if __name__ == "__main__":

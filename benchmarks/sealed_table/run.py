@@ -46,11 +46,10 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import REPO
+from benchmarks.common import CLI, REPO, finished
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.dungeons import other_side
 from comprl_gym.envs.memory.judge import judge_lesson
-from comprl_gym.evaluation.eval import SUMMARY_FILE
 from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stats import proportion_ci
 from comprl_gym.evaluation.table import load_run, method_table, write_table
@@ -59,7 +58,6 @@ from comprl_gym.utils import atomic_write_json
 
 PLAN = REPO / "benchmarks" / "preregistered" / "sealed_table.yaml"
 RUNS = REPO / "runs" / "sealed-table"
-CLI = str(REPO / ".venv" / "bin" / "comprl-gym")
 #: The keys a plan must have.
 PLAN_KEYS = (
     "question", "command", "pool", "seeds", "reader", "methods", "primary", "secondary",
@@ -134,8 +132,8 @@ def code_of(folders: tuple[Path, ...], commit: str, repo: Path | None = None) ->
 
 
 def as_recorded(command: list[str]) -> str:
-    """A command as a result records it: ``comprl-gym ...`` (not this machine's path to it)."""
-    return " ".join(["comprl-gym", *command[1:]])
+    """A command as a result records it: ``comprl-gym ...`` (not how this machine runs it)."""
+    return " ".join(command)
 
 
 def control(plan: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +162,7 @@ def stream_folder(method: dict[str, Any], seed: int) -> Path:
 def train_command(plan: dict[str, Any], method: dict[str, Any], seed: int) -> list[str]:
     """``comprl-gym train`` of one method at one seed, from the plan's reader."""
     return [
-        CLI, "train", "--config", method["config"], "--set", f"seed={seed}",
+        "comprl-gym", "train", "--config", method["config"], "--set", f"seed={seed}",
         "--set", f"actor.init_weights={plan['reader']['path']}",
         "--output-dir", relative(train_folder(method, seed)),
     ]  # fmt: skip
@@ -174,7 +172,7 @@ def stream_command(plan: dict[str, Any], method: dict[str, Any], seed: int) -> l
     """``comprl-gym stream`` of that training run on the plan's pool, with its arms."""
     pool = plan["pool"]
     return [
-        CLI, "stream", "--env", pool["env"], "--split", pool["split"],
+        "comprl-gym", "stream", "--env", pool["env"], "--split", pool["split"],
         "--tasks", str(pool["tasks"]), "--visits", str(pool["visits"]),
         *[arg for kv in pool["env_args"] for arg in ("--env-arg", kv)],
         "--max-steps", str(pool["max_steps"]), "--temperature", str(pool["temperature"]),
@@ -182,12 +180,6 @@ def stream_command(plan: dict[str, Any], method: dict[str, Any], seed: int) -> l
         "--arms", ",".join(method["arms"]),
         "--output-dir", relative(stream_folder(method, seed)),
     ]  # fmt: skip
-
-
-def finished(folder: Path) -> bool:
-    """A train or stream folder whose command ran to its end (both write ``summary.json``
-    last)."""
-    return (folder / SUMMARY_FILE).is_file()
 
 
 def steps(plan: dict[str, Any], seeds: list[int]) -> list[tuple[Path, list[str]]]:
@@ -211,7 +203,7 @@ def run_step(folder: Path, command: list[str]) -> None:
         folder.rename(aside)
         print(f"moved the unfinished {folder.name} to {aside.name}")
     print("$ " + " ".join(command), flush=True)
-    if subprocess.run(command, cwd=REPO).returncode != 0:
+    if subprocess.run([*CLI, *command[1:]], cwd=REPO).returncode != 0:
         raise SystemExit(f"{folder.name}: the command failed (its output is above); run again")
 
 

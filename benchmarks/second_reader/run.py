@@ -30,57 +30,51 @@ Run:  python -m benchmarks.second_reader.run          # ~70 min on 2 cores (warm
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
 from pathlib import Path
 
-from benchmarks.common import REPO, RESULTS
+from benchmarks.common import REPO, RESULTS, ReaderStudy, warmup_summaries
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.dungeons import SIDES
 from comprl_gym.envs.memory.replay import record_moves
-from comprl_gym.evaluation.eval import load_episodes
-from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stats import paired_comparison
-from comprl_gym.evaluation.stream import stream_result
 from comprl_gym.evaluation.streaming import compare_runs
-from comprl_gym.trainers.warmup import warmup_loss_summary
-from comprl_gym.utils import atomic_write_json
 
-CLI = str(REPO / ".venv" / "bin" / "comprl-gym")
 CONFIG = "configs/memory-reader.yaml"
-#: The two readers: the committed one (seed 0) and the same recipe's seed 1.
-READERS = {
-    "seed_0": "assets/memory-reader/reader.pt",
-    "seed_1": "runs/memory-reader-seed1/warmup/reader.pt",
-}
 #: The recipe's two warm-ups (``configs/memory-reader.yaml``'s header), for ``seed=1``.
-SEED_1_WARMUPS = [
-    [
+SEED_1_WARMUPS = (
+    (
         "--set", "warmup.steps=80", "--set", 'warmup.formats=["oracle","exemplar"]',
         "--set", "warmup.lr=1e-3", "--set", "actor.init_weights=", "--set", "seed=1",
         "--output-dir", "runs/memory-reader-seed1-oe80",
-    ],
-    [
+    ),
+    (
         "--set", "seed=1", "--set", "actor.init_weights=runs/memory-reader-seed1-oe80/warmup/reader.pt",
         "--output-dir", "runs/memory-reader-seed1",
-    ],
-]  # fmt: skip
+    ),
+)  # fmt: skip
 ARMS = ("none", "oracle", "exemplar", "coin_exemplar")
 #: The paired comparisons, treatment minus control.
 VERSUS = (("exemplar", "coin_exemplar"), ("exemplar", "none"), ("coin_exemplar", "none"))
 POOL, TASKS, VISITS = "test_large", 256, 2
-STREAM_ARGS = [
-    "--env", "comprl/Memory-Fork-v0", "--split", POOL, "--tasks", str(TASKS),
-    "--visits", str(VISITS), "--env-arg", "observation_mode=compact",
-    "--env-arg", "branch_length=2", "--env-arg", "moves=open", "--max-steps", "5",
-    "--temperature", "1.0", "--seed", "0", "--arms", ",".join(ARMS),
-    *[arg for t, c in VERSUS for arg in ("--versus", f"{t}:{c}")],
-]  # fmt: skip
-
-
-def stream_folder(reader: str) -> Path:
-    return REPO / "runs" / f"second-reader-{reader.replace('_', '-')}"
+STUDY = ReaderStudy(
+    name="second-reader",
+    config=CONFIG,
+    # the committed reader (seed 0) and the same recipe's seed 1
+    readers={
+        "seed_0": "assets/memory-reader/reader.pt",
+        "seed_1": "runs/memory-reader-seed1/warmup/reader.pt",
+    },
+    arms=ARMS,
+    versus=VERSUS,
+    pool_args=(
+        "--env", "comprl/Memory-Fork-v0", "--split", POOL, "--tasks", str(TASKS),
+        "--visits", str(VISITS), "--env-arg", "observation_mode=compact",
+        "--env-arg", "branch_length=2", "--env-arg", "moves=open", "--max-steps", "5",
+        "--temperature", "1.0", "--seed", "0",
+    ),
+    warmups=SEED_1_WARMUPS,
+)  # fmt: skip
+READERS = STUDY.readers
 
 
 def by_own_past(records: list[dict]) -> dict:
@@ -184,46 +178,34 @@ def first_visit_identical(records: list[dict]) -> dict:
     }
 
 
+def measures(records: list[dict]) -> dict:
+    """What a reader's episodes say beside the stream's summary."""
+    return {
+        "by_own_past": by_own_past(records),
+        "visit_1_sides": visit_1_sides(records),
+        "visit_2_moves": visit_2_moves(records),
+        "first_visit_same_moves_as_none": first_visit_identical(records),
+    }
+
+
 def summarise() -> dict:
-    out: dict = {
-        "question": "does the exemplar memory's lift over its format-matched placebo replicate "
+    out, streams = STUDY.summary(("streaming", "versus"), measures)
+    out.update(
+        question="does the exemplar memory's lift over its format-matched placebo replicate "
         "on a reader trained from scratch with another seed?",
-        "config": CONFIG,
-        "warmup_commands": [
+        warmup_commands=[
             "comprl-gym train --config " + CONFIG + " " + " ".join(args) for args in SEED_1_WARMUPS
         ],
-        "command": f"comprl-gym stream --config {CONFIG} --set actor.init_weights=READER "
-        + " ".join(STREAM_ARGS),
-        "pool": POOL,
-        "pool_note": "test_large: used in development (three committed streams of the fork "
+        pool=POOL,
+        pool_note="test_large: used in development (three committed streams of the fork "
         "variant, and the probe's 16 dungeons); not the sealed pool",
-        "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
-        "arms": list(ARMS),
-        "comparisons": [f"{t} minus {c}" for t, c in VERSUS],
-        "readers": {},
-    }
-    streams = {}
-    for reader, path in READERS.items():
-        folder = stream_folder(reader)
-        streams[reader] = load_episodes(folder, repair=False)
-        out["readers"][reader] = {
-            "weights": {"path": path, "sha256": file_sha256(REPO / path)},
-            **stream_result(folder, ("streaming", "versus")),
-            "by_own_past": by_own_past(streams[reader]),
-            "visit_1_sides": visit_1_sides(streams[reader]),
-            "visit_2_moves": visit_2_moves(streams[reader]),
-            "first_visit_same_moves_as_none": first_visit_identical(streams[reader]),
-        }
+    )
     out["seed_1_minus_seed_0"] = {
         arm: compare_runs(streams["seed_1"], streams["seed_0"], arm) for arm in ARMS
     }
-    out["seed_1_warmups"] = {
-        Path(args[-1]).name: warmup_loss_summary(
-            json.loads((REPO / args[-1] / "warmup" / "warmup.json").read_text())
-        )
-        for args in SEED_1_WARMUPS
-        if (REPO / args[-1] / "warmup" / "warmup.json").exists()
-    }
+    out["seed_1_warmups"] = warmup_summaries(
+        {Path(args[-1]).name: REPO / args[-1] for args in SEED_1_WARMUPS}
+    )
     return out
 
 
@@ -260,30 +242,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--reuse", action="store_true", help="summarise streams already under runs/"
-    )
-    parser.add_argument("--out", type=Path, default=RESULTS / "second_reader.json")
-    args = parser.parse_args(argv)
-    if not args.reuse:
-        if not (REPO / READERS["seed_1"]).exists():
-            for warmup in SEED_1_WARMUPS:
-                subprocess.run([CLI, "train", "--config", CONFIG, *warmup], check=True, cwd=REPO)
-        for reader, path in READERS.items():
-            folder = stream_folder(reader)
-            if folder.exists():
-                raise SystemExit(f"{folder} exists: move it away, or summarise it with --reuse")
-            command = [
-                CLI, "stream", "--config", CONFIG, "--set", f"actor.init_weights={path}",
-                *STREAM_ARGS, "--output-dir", str(folder),
-            ]  # fmt: skip
-            subprocess.run(command, check=True, cwd=REPO)
-    result = summarise()
-    atomic_write_json(args.out, result)
-    plot(result, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
-    return 0
+    return STUDY.main(__doc__, RESULTS / "second_reader.json", summarise, plot, argv)
 
 
 if __name__ == "__main__":

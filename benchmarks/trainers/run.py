@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, finished
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -282,12 +282,11 @@ def paper_table(args: argparse.Namespace) -> dict:
     for seed in args.seeds:
         for method in args.methods:
             run_dir = Path(args.output_dir) / f"{method}-seed{seed}"
-            done = run_dir / "summary.json"
-            if args.resume and done.exists():
+            if args.resume and finished(run_dir):
                 from comprl_gym.trainers.run import Run
 
                 runs.setdefault(method, {})[seed] = Run(run_dir).summary
-                print(f"{method} seed {seed}: read {done}", flush=True)
+                print(f"{method} seed {seed}: read {run_dir}", flush=True)
                 continue
             overrides = [
                 f"algorithm={'grpo' if method == 'untrained' else method}",
@@ -303,7 +302,7 @@ def paper_table(args: argparse.Namespace) -> dict:
                     started = time.perf_counter()
                     summary = {"evaluation": trainer.evaluate(), "train_time_s": 0.0}
                     summary["times"] = {"evaluation_s": time.perf_counter() - started}
-                    atomic_write_json(done, summary)
+                    atomic_write_json(run_dir / "summary.json", summary)
                 else:
                     summary = trainer.train()
             finally:
