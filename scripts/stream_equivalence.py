@@ -4,7 +4,7 @@ played? Both at tiny size, every streamed episode compared.
 The **old path** is ``benchmarks/bench_experience_transfer.py`` as committed at ``--ref``
 (default ``HEAD``), run with the package as committed there (``git archive``: the old
 benchmark imports helpers the library has since moved), ``--quick``. The **new path** is the
-thin runner of the working tree (``benchmarks/bench_experience_transfer.py --config
+thin runner of the working tree (``python -m benchmarks.experience_transfer.run --config
 configs/memory-*.yaml``, itself ``comprl-gym train`` then ``comprl-gym stream --run``), the
 same settings overridden to the tiny model. Same seeds, same held-out dungeons.
 
@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+#: The old benchmark (a file at ``--ref``) and the new runner (a module of the working tree).
 BENCH = "benchmarks/bench_experience_transfer.py"
+RUNNER = ["-m", "benchmarks.experience_transfer.run"]
 #: The settings both paths share: the tiny model, 3 held-out dungeons visited twice.
 SMALL = ["--quick", "--tasks", "3", "--visits", "2"]
 #: The old benchmark's flags for the committed table's settings (its ``$S``), one iteration.
@@ -135,7 +137,7 @@ def main() -> int:
     commit = subprocess.run(
         ["git", "rev-parse", args.ref], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.strip()
-    result: dict[str, Any] = {"old": f"{BENCH} at {commit}", "new": f"{BENCH} (working tree)"}
+    result: dict[str, Any] = {"old": f"{BENCH} at {commit}", "new": f"{RUNNER[1]} (working tree)"}
     with tempfile.TemporaryDirectory(prefix="stream-equivalence-") as tmp:
         root, old_tree = Path(tmp), Path(tmp) / "old"
         old_tree.mkdir()
@@ -156,7 +158,7 @@ def main() -> int:
             old_tree, old_tree,
         )  # fmt: skip
         seconds += run(
-            [BENCH, *SMALL, "--config", "configs/memory-reader.yaml", "--set", "warmup.steps=2",
+            [*RUNNER, *SMALL, "--config", "configs/memory-reader.yaml", "--set", "warmup.steps=2",
              "--set", "actor.init_weights=", "--set", "torch_threads=1", "--arms", "none,oracle",
              "--keep", str(new_keep), "--out", str(root / "new-reader")],
             REPO, REPO,
@@ -165,7 +167,7 @@ def main() -> int:
         # gradient clipping (the library's warm-up takes the actor's: 0.0 and a norm of 1.0).
         like_old = root / "new-reader-old-optimiser"
         seconds += run(
-            [BENCH, *SMALL, "--config", "configs/memory-reader.yaml", "--set", "warmup.steps=2",
+            [*RUNNER, *SMALL, "--config", "configs/memory-reader.yaml", "--set", "warmup.steps=2",
              "--set", "actor.init_weights=", "--set", "torch_threads=1", "--arms", "none,oracle",
              "--set", "actor.weight_decay=0.01", "--set", "actor.max_grad_norm=0",
              "--keep", str(like_old), "--out", str(root / "new-reader-old-optimiser")],
@@ -195,7 +197,7 @@ def main() -> int:
                 old_tree, old_tree,
             )  # fmt: skip
             seconds += run(
-                [BENCH, *SMALL, "--config", CONFIGS[trainer], "--set", "iterations=1",
+                [*RUNNER, *SMALL, "--config", CONFIGS[trainer], "--set", "iterations=1",
                  "--set", f"actor.init_weights={old_reader}", "--set", "torch_threads=1",
                  "--arms", arms, "--out", str(root / f"new-{trainer}")],
                 REPO, REPO,

@@ -1,4 +1,4 @@
-"""The distractor stress test's pieces (``benchmarks/bench_distractors.py``): the scripted
+"""The distractor stress test's pieces (``benchmarks/distractors/run.py``): the scripted
 reader walks the side the first lesson about its own dungeon tells (the other side for a lost
 case), the polluted stores' twins differ in the usefulness term alone, and, streamed on a few
 held-out dungeons, the arms do what the lessons and the score formula say they must."""
@@ -6,29 +6,17 @@ held-out dungeons, the arms do what the lessons and the score formula say they m
 from __future__ import annotations
 
 import doctest
-import importlib.util
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO_ROOT
 
+from benchmarks.distractors import run as bench
 from comprl_gym.envs.memory import dungeon, inverted_lesson, oracle_lesson, other_side
 from comprl_gym.envs.memory.dungeons import task_text
 from comprl_gym.evaluation.streaming import episode_seeds
 from comprl_gym.experience.records import format_experience_text
 from comprl_gym.lessons.memories import CasesMemory
 
-BENCH = REPO_ROOT / "benchmarks" / "bench_distractors.py"
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_distractors", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
 #: The first two held-out dungeons (reset seeds 0 and 1 of the ``test`` pool).
 VAULT, NEXT = dungeon(192), dungeon(193)
 

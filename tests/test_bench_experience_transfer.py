@@ -1,4 +1,4 @@
-"""What ``benchmarks/bench_experience_transfer.py`` was built from, now the library's: the reading
+"""What ``benchmarks/experience_transfer/run.py`` was built from, now the library's: the reading
 warm-up's lessons are what the memories store (:mod:`comprl_gym.envs.memory.lessons`), the
 credit rules are signed against what a lesson says (:func:`comprl_gym.trainers.credit.
 credit_agreement`), two runs pair on common random numbers; and the thin runner over
@@ -33,7 +33,6 @@ from comprl_gym.rollouts import run_episode
 from comprl_gym.trainers.credit import credit_agreement
 
 ENV_ID = "comprl/Memory-Fork-v0"
-BENCH = REPO_ROOT / "benchmarks" / "bench_experience_transfer.py"
 
 
 class Walker:
@@ -199,7 +198,8 @@ def _bench(*args: str) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     small = ["--quick", "--tasks", "3", "--visits", "2", "--set", "torch_threads=1"]
     done = subprocess.run(
-        [sys.executable, str(BENCH), *small, *args],
+        [sys.executable, "-m", "benchmarks.experience_transfer.run", *small, *args],
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         env=env,

@@ -1,23 +1,17 @@
-"""The extractor-learning benchmark's reading of a probe (``benchmarks/bench_extractor_learning.py``),
-worked by hand on probe reports as ``comprl-gym probe --out`` writes them, on the probe's 8
-dungeons with the stairs east and 8 west, each walked both ways: 16 won and 16 lost."""
+"""The extractor-learning benchmark's reading of a probe (``benchmarks/extractor_learning/
+run.py``), worked by hand on probe reports as ``comprl-gym probe --out`` writes them, on the
+probe's 8 dungeons with the stairs east and 8 west, each walked both ways: 16 won and 16 lost."""
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 from conftest import REPO_ROOT
 
+from benchmarks.extractor_learning import run as bench
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.probe import PROBE_DUNGEONS
 from comprl_gym.families import family_spec
 from comprl_gym.lessons.probe import ProbeReport, ProbeVerdict
-
-BENCH = REPO_ROOT / "benchmarks" / "bench_extractor_learning.py"
-spec = importlib.util.spec_from_file_location("bench_extractor_learning", BENCH)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
 
 #: The probe's own dungeons: 8 with the stairs east, 8 west.
 DUNGEONS = [dungeon(i) for i in PROBE_DUNGEONS]
@@ -94,9 +88,9 @@ def test_the_rule_meets_the_bar_and_a_constant_side_does_not():
 
 
 def test_a_continuation_needs_its_seeds_checkpoint_and_keeps_a_probed_copy(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench, "REPO", tmp_path)
+    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
     calls = []
-    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(bench, "comprl_gym", lambda *args: calls.append(args))
     assert bench.run_folder(0, 80) == tmp_path / "runs" / "extractor-credit-seed0-80it"
     with pytest.raises(SystemExit, match="no checkpoint to continue"):
         bench.continue_and_probe(0, 80)
@@ -108,9 +102,9 @@ def test_a_continuation_needs_its_seeds_checkpoint_and_keeps_a_probed_copy(tmp_p
 
 
 def test_a_continuation_copies_the_run_and_drops_the_source_probe(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench, "REPO", tmp_path)
+    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
     calls = []
-    monkeypatch.setattr(bench.subprocess, "run", lambda command, **k: calls.append(command))
+    monkeypatch.setattr(bench, "comprl_gym", lambda *args: calls.append(list(args)))
     source = bench.run_folder(1)
     (source / "checkpoints").mkdir(parents=True)
     (source / "metrics.jsonl").write_text('{"step": 40}\n')
@@ -120,9 +114,9 @@ def test_a_continuation_copies_the_run_and_drops_the_source_probe(tmp_path, monk
     assert (copy / "metrics.jsonl").read_text() == '{"step": 40}\n'
     assert not (copy / "probe.json").exists()  # the 40-iteration probe is not the copy's
     train, probe = calls
-    assert train[1:2] == ["train"] and "resume=true" in train and "iterations=80" in train
+    assert train[0] == "train" and "resume=true" in train and "iterations=80" in train
     assert train[train.index("--output-dir") + 1] == str(copy)
-    assert probe[1:3] == ["probe", "--run"] and probe[3] == str(copy)
+    assert probe[:2] == ["probe", "--run"] and probe[2] == str(copy)
 
 
 def test_linear_decoding_reads_a_separable_label_and_not_a_random_one():

@@ -1,21 +1,14 @@
-"""The rule benchmark's first-move measure (``benchmarks/bench_landmark_rule.py``), worked by
+"""The rule benchmark's first-move measure (``benchmarks/landmark_rule/run.py``), worked by
 hand on records whose dungeons' sides the family fixes: a first step on the stairs' side is the
 landmark's side (the landmark always marks it, tests/test_memory_family.py), a step into the
 other branch the other side, and any other move (the alcove, a wall) neither."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from conftest import REPO_ROOT
 
+from benchmarks.landmark_rule import run as bench
 from comprl_gym.envs.memory import dungeon
-
-BENCH = REPO_ROOT / "benchmarks" / "bench_landmark_rule.py"
-spec = importlib.util.spec_from_file_location("bench_landmark_rule", BENCH)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
 
 #: Two held-out dungeons of the test_large pool with opposite sides.
 EAST = next(dungeon(i) for i in range(256, 512) if dungeon(i).side == "east")

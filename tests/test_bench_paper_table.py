@@ -1,6 +1,6 @@
-"""``benchmarks/bench_trainers.py paper-table`` runs every method from one config and writes the
-library's method table (``comprl-gym table``): pooled Wilson intervals, per-seed rates, each
-method paired against GRPO (tiny model, tiny budget)."""
+"""``python -m benchmarks.trainers.run paper-table`` runs every method from one config and
+writes the library's method table (``comprl-gym table``): pooled Wilson intervals, per-seed
+rates, each method paired against GRPO (tiny model, tiny budget)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def test_paper_table_trains_every_method_alike_and_reports_intervals(tmp_path):
     ]
     command = [
         sys.executable,
-        str(REPO_ROOT / "benchmarks" / "bench_trainers.py"),
+        "-m",
+        "benchmarks.trainers.run",
         "paper-table",
         "--config",
         str(REPO_ROOT / "configs" / "paper-table-cpu.yaml"),

@@ -1,20 +1,13 @@
 """The second-reader benchmark's split of the visit-2 contrasts by the dungeon's own past
-(``benchmarks/bench_second_reader.py``), worked by hand: a lookup memory helps only the
+(``benchmarks/second_reader/run.py``), worked by hand: a lookup memory helps only the
 dungeons won at visit 1, and the split must say so."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from conftest import REPO_ROOT
 
+from benchmarks.second_reader import run as bench
 from comprl_gym.envs.memory import dungeon
-
-BENCH = REPO_ROOT / "benchmarks" / "bench_second_reader.py"
-spec = importlib.util.spec_from_file_location("bench_second_reader", BENCH)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
 
 
 def records(visit_1: list[int], visit_2: dict[str, list[int]]) -> list[dict]:

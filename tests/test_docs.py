@@ -24,6 +24,8 @@ sys.path.insert(0, str(REPO_ROOT / "scripts"))
 import mkdocs_hooks  # noqa: E402
 import update_docs  # noqa: E402
 
+from benchmarks.tables import result  # noqa: E402
+
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
 
@@ -136,9 +138,20 @@ def test_a_stale_or_unknown_generated_table_is_caught():
         update_docs.render("<!-- generated: corridor -->\n| old |\n")
 
 
+def test_each_study_registers_its_own_tables_once():
+    """A study's renderers live in its folder (``benchmarks/<study>/render.py``'s ``TABLES``);
+    the page machinery finds them, and a name two places register is refused."""
+    from benchmarks.corridor import render
+
+    assert update_docs.TABLES["corridor"] is render.TABLES["corridor"]
+    assert {"envs", "demo", "sealed-table", "landmark-rule"} <= set(update_docs.TABLES)
+    with pytest.raises(SystemExit, match="'corridor' registered twice"):
+        update_docs.study_tables({"corridor": str})
+
+
 def test_the_corridor_row_is_the_files_numbers():
     """Hand-checked against corridor.json: 11, 46 and 55 wins of 64 (Wilson 95%)."""
-    row = update_docs.corridor_table().splitlines()[2]
+    row = update_docs.TABLES["corridor"]().splitlines()[2]
     assert row.startswith("| comprl/MiniHack-Corridor-North-4-v0 | 0.17 [0.10, 0.28] ")
     assert "| 0.72 [0.60, 0.81] | 0.86 [0.75, 0.92] |" in row and row.endswith("| 64 |")
 
@@ -146,7 +159,7 @@ def test_the_corridor_row_is_the_files_numbers():
 def test_the_side_counts_are_the_store_texts():
     """Issue 44: the trained stem extractor's held-out lessons name west 54/64, 62/64 and east
     64/64 in seeds 0, 1, 2 (counted by hand from ``store_texts.own``)."""
-    rows = update_docs.stem_sides_table().splitlines()[2:]
+    rows = update_docs.TABLES["stem-sides"]().splitlines()[2:]
     complementary = [r for r in rows if r.startswith("| Complementary RL |")]
     assert complementary == [
         "| Complementary RL | 0 | 64 | 10 | 54 |",
@@ -158,7 +171,7 @@ def test_the_side_counts_are_the_store_texts():
 def test_the_exemplar_gain_splits_by_earlier_wins():
     """Issue 44: at visit 3 of ``reader_coin_large`` the 139 dungeons won before carry the gain
     (exemplar 110 vs none 75), the 117 never won do not (18 vs 21); oracle 115 of the 139."""
-    row = update_docs.exemplar_history_table().splitlines()
+    row = update_docs.TABLES["exemplar-history"]().splitlines()
     assert "| 139 | 110 (0.79) | 75 (0.54) | 84 (0.60) | 115 (0.83) |" in row[2]
     assert "| 117 | 18 (0.15) | 21 (0.18) | 19 (0.16) | 109 (0.93) |" in row[3]
 
@@ -172,7 +185,7 @@ def test_the_demos_quoted_counts_are_its_files_and_dungeons():
 
     from comprl_gym.envs.memory import dungeon
 
-    demo = update_docs.result("demo.json")
+    demo = result("demo.json")
     text = " ".join((DOCS / "results" / "demo.md").read_text(encoding="utf-8").split())
     last = demo["training"][-1]
     wrong, lessons = (int(n) for n in re.search(r"(\d+) of (\d+) by iteration 3", text).groups())
@@ -216,14 +229,21 @@ def test_the_figure_check_catches_a_wrong_digit():
 # --------------------------------------------------------------------------------------------
 # Reproduce commands exist; the README is a guide
 # --------------------------------------------------------------------------------------------
-SCRIPT_COMMAND = re.compile(r"python ((?:benchmarks|scripts)/[\w/]+\.py)([^`\n]*)")
+#: ``python scripts/X.py ...`` or ``python -m benchmarks.STUDY.run ...``: a script or a module.
+SCRIPT_COMMAND = re.compile(
+    r"python (?:((?:benchmarks|scripts)/[\w/]+\.py)|-m (benchmarks(?:\.\w+)+))([^`\n]*)"
+)
 
 
 def test_every_reproduce_command_names_a_script_and_options_it_has():
     found = 0
     for page in _pages():
-        for script, rest in SCRIPT_COMMAND.findall(page.read_text(encoding="utf-8")):
+        for script, module, rest in SCRIPT_COMMAND.findall(page.read_text(encoding="utf-8")):
+            script = script or module.replace(".", "/") + ".py"
             source = (REPO_ROOT / script).read_text(encoding="utf-8")
+            # with the shared code it imports (a study's command line may be benchmarks.common's)
+            for shared in re.findall(r"^from (benchmarks(?:\.\w+)+) import", source, flags=re.M):
+                source += (REPO_ROOT / (shared.replace(".", "/") + ".py")).read_text("utf-8")
             for option in re.findall(r"(?<!\S)(--[\w-]+)", rest.split("#")[0]):
                 if option == "--help":
                     assert "argparse" in source, script  # argparse gives every parser --help

@@ -7,7 +7,7 @@ specs their prose documents are cases, a ``comprl-gym ... --help`` runs and must
 usage, and the README's ``python`` blocks run as one script (the docs pages' snippets are
 ``py`` blocks: pieces of a larger program, not run). Other programs' commands sit in
 ``console`` blocks, which are not read here (``tests/test_docs.py`` checks that each
-``python benchmarks/...`` command names a script and options it has). Each ``comprl-gym`` command runs through
+``python -m benchmarks...`` command names a script and options it has). Each ``comprl-gym`` command runs through
 ``python -m comprl_gym.cli`` in a subprocess whose working folder is one temporary folder shared
 by all cases (a user's session: the leaderboard reads the results the evals wrote), with imports
 from this checkout and the Hugging Face hub offline.

@@ -4,7 +4,7 @@ patches graded in real sandboxes.
 
 The bundles live in ``../shared/data/swe-repos`` (or ``$COMPRL_SHARED_DATA/swe-repos``);
 without them the tests that need them skip and say why. Grading every task is the job of
-``benchmarks/bench_swebench.py --suite real`` (results in benchmarks/results/); here a small
+``benchmarks/speed/swebench.py --suite real`` (results in benchmarks/results/); here a small
 sample keeps CI short.
 """
 

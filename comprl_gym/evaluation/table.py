@@ -17,7 +17,7 @@ extractor (GRPO's ``none``). Per method:
 
 A run is a ``comprl-gym stream`` run folder (of a ``--run`` training run: the trainer, its
 store's verdicts and its extractor's updates are read from that run's folder) or a result
-file of ``benchmarks/bench_experience_transfer.py`` (the committed
+file of ``benchmarks/experience_transfer/run.py`` (the committed
 ``benchmarks/results/extractor_memory_*.json``); :func:`load_run` reads either.
 :func:`write_table` writes ``<out>.json``, ``<out>.md`` (the table) and ``<out>.png``
 (success with intervals, one dot per seed).
@@ -91,8 +91,8 @@ class Run:
 
 
 def run_from_result(result: dict[str, Any], source: str = "") -> Run:
-    """A :class:`Run` from a ``bench_experience_transfer.py`` result (its ``config`` key is
-    the run's :class:`~comprl_gym.trainers.TrainConfig` as a mapping)."""
+    """A :class:`Run` from a ``benchmarks/experience_transfer/run.py`` result (its ``config``
+    key is the run's :class:`~comprl_gym.trainers.TrainConfig` as a mapping)."""
     config = result["config"]
     experience = config.get("experience", {})
     # Both credit rules are judged in the file; the batches are those of the rule it trained with.

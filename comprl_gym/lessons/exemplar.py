@@ -2,7 +2,7 @@
 
 The memory-agent literature's simplest memory keeps what worked: the task and the actions
 that won it. A trained extractor has to beat this to be worth its weights, so the benchmark
-(``benchmarks/bench_experience_transfer.py``) runs it beside every other lesson source.
+(``benchmarks/experience_transfer/run.py``) runs it beside every other lesson source.
 With ``keep_losses`` it keeps what failed as well (the task and the actions that lost it):
 an actor whose blind guess already wins the dungeons it wins learns nothing from its own
 wins, but can learn from a recorded loss which way not to go. The memories that store these

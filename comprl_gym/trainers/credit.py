@@ -4,8 +4,8 @@ Step 6 of the algorithm (:mod:`comprl_gym.trainers.complementary`) credits the e
 generations with what their lessons did for the actor. Every rule is a plain function here,
 used by the trainer (:class:`~comprl_gym.trainers.extractor.ExperienceExtractor`,
 :meth:`~comprl_gym.trainers.complementary.ComplementaryRLTrainer.extractor_advantages`) and by
-the benchmarks that compare the rules (``benchmarks/bench_extractor_credit.py``,
-``benchmarks/bench_experience_transfer.py``):
+the benchmarks that compare the rules (``benchmarks/extractor_credit/run.py``,
+``benchmarks/experience_transfer/run.py``):
 
 * a use's outcome: +1 for a won episode, -1 for a lost one (:func:`outcome`); a use the actor
   critiqued counts :func:`critiqued_outcome` instead;

@@ -7,7 +7,7 @@ test diff; file lists from the bundles' ``candidates.json``), and runs the tests
 bubblewrap sandbox: at the base with the test patch, then with the gold patch as well.
 FAIL_TO_PASS = failing before and passing with the gold patch; PASS_TO_PASS = passing in both;
 tests whose ids change between runs (made from the current time) are left out.
-(Flaky tests show up when benchmarks/bench_swebench.py grades the suite again, in bubblewrap
+(Flaky tests show up when benchmarks/speed/swebench.py grades the suite again, in bubblewrap
 and Docker.) A task is kept when FAIL_TO_PASS is not empty, the gold
 patch then resolves it and the empty patch does not. The manifest keeps ids, shas, file names,
 statements and test names only: nothing upstream.

@@ -306,7 +306,7 @@ def pool(split: str) -> range:
     files, and no config in ``configs/`` selects it; ``tests/test_memory_family.py`` checks
     both), and the pre-registration file (the table's exact command, methods, seeds, pool and
     primary comparison: ``benchmarks/preregistered/sealed_table.yaml``) is committed before
-    any run on it (``benchmarks/bench_sealed_table.py`` refuses to run otherwise).
+    any run on it (``benchmarks/sealed_table/run.py`` refuses to run otherwise).
 
     Example:
         >>> pool("train"), pool("test"), pool("test_large"), pool("sealed")

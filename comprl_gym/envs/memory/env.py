@@ -79,7 +79,7 @@ class MemoryTextEnv(MiniHackTextEnv):
             ``"open"`` (only those not into a wall: at the fork, east and west). Any move is
             still accepted; ``"open"`` takes the wall-bumping out of the choice, so a policy
             blind to the side wins half the time and one that reads a lesson can win always
-            (``benchmarks/bench_experience_transfer.py`` uses it).
+            (``benchmarks/experience_transfer/run.py`` uses it).
         observation_mode, render_mode: as :class:`MiniHackTextEnv`.
 
     ``reset(seed=s)`` plays the pool's dungeon number ``s mod len(pool)``;

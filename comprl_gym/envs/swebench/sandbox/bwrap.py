@@ -17,7 +17,7 @@ rlimits (an allocation past ``RLIMIT_AS`` fails inside the program, which says s
 The host's deadline bounds every command (it kills bwrap, and ``--die-with-parent`` the
 sandbox), and when a command ends its PID namespace dies with everything in it. No wrapper
 process runs around the command: per command it costs what a bare ``bwrap`` with the same
-mounts costs (benchmarks/bench_swebench.py measures both).
+mounts costs (benchmarks/speed/swebench.py measures both).
 
 Example:
     >>> from comprl_gym.envs.swebench.sandbox.bwrap import bwrap_available

@@ -1,0 +1,1 @@
+"""GRPO on the corridor (``docs/results/corridor.md``)."""

@@ -1,0 +1,1 @@
+"""``make demo``, measured (``docs/results/demo.md``); ``memory.py``: where its peak memory goes."""

@@ -1,0 +1,3 @@
+"""Distractors: does usefulness-aware retrieval recover a polluted store?
+(``docs/experience-store.md``)
+"""

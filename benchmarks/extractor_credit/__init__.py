@@ -1,0 +1,1 @@
+"""The credit rules scored on recorded episodes (``docs/results/extractor-credit.md``)."""

@@ -1,0 +1,205 @@
+"""The extractor-learning page's tables (``docs/results/extractor-learning.md``), from
+``extractor_learning.json`` and ``probe-rescored/``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.common import RESULTS
+from benchmarks.tables import interval, result, table
+from comprl_gym.evaluation.streaming import paired_cell
+
+#: The extractor-learning study's lesson writers, in the order its tables print them.
+LEARNING_WRITERS = {
+    "trained": "trained",
+    "frozen": "frozen",
+    "outcome_aware": "scripted outcome-aware rule",
+}
+
+
+def _overridden(overrides: list[str]) -> str:
+    """A run's config overrides as a label's tail: ``, extractor.lr=5e-4``, or nothing."""
+    return "".join(f", {o}" for o in overrides)
+
+
+def _learning_runs() -> dict[str, dict[str, Any]]:
+    """The extractor-learning study's probed runs: each seed, each try with a probe, then the
+    perfect-credit diagnostics."""
+    study = result("extractor_learning.json")
+    runs = {f"seed {seed}": data for seed, data in study["seeds"].items()}
+    runs.update(
+        {
+            f"seed {seed}, to iteration {d['iterations']}": d
+            for seed, d in study.get("continued", {}).items()
+        }
+    )
+    runs.update({name.replace("_", " "): t for name, t in study["tries"].items() if "trained" in t})
+    runs.update(
+        {
+            f"perfect credit, {d['steps']} updates{_overridden(d['overrides'])} (diagnostic)": d
+            for d in study["perfect_credit"].values()
+        }
+    )
+    return runs
+
+
+def extractor_learning_table() -> str:
+    """Per run: each writer's P(right | won) and P(right | lost) on the probe episodes, and
+    the trained extractor minus the frozen one, paired (``extractor_learning.json``)."""
+    rows = []
+    for run, data in _learning_runs().items():
+        for key, label in LEARNING_WRITERS.items():
+            w = data[key]
+            c = w["counts"]
+            versus = data["trained_minus_frozen"] if key == "trained" else None
+            rows.append(
+                [
+                    run,
+                    label,
+                    f"{interval(w['right_after_won'])} ({c['right_won']}/{c['won']})",
+                    f"{interval(w['right_after_lost'])} ({c['right_lost']}/{c['lost']})",
+                    paired_cell(versus["after_won"]) if versus else "",
+                    paired_cell(versus["after_lost"]) if versus else "",
+                    ("yes" if data["meets_the_bar"] else "no") if versus else "",
+                ]
+            )
+    head = [
+        "run",
+        "lesson writer",
+        "right after a win",
+        "right after a loss",
+        "trained minus frozen, after a win",
+        "trained minus frozen, after a loss",
+        "meets the bar",
+    ]
+    return table(head, rows)
+
+
+def extractor_learning_sides_table() -> str:
+    """Per run: the side each extractor named on the probe, per (walked side, outcome) cell
+    (``extractor_learning.json``), as east / west."""
+    runs = _learning_runs()
+    cells = sorted({cell for d in runs.values() for cell in d["trained"]["sides_named"]})
+    rows = []
+    for run, data in runs.items():
+        for key in ("frozen", "trained", "outcome_aware"):
+            named = data[key]["sides_named"]
+            rows.append(
+                [run, LEARNING_WRITERS[key]]
+                + [f"{named[c]['east']} / {named[c]['west']}" if c in named else "" for c in cells]
+            )
+    return table(["run", "lesson writer", *cells], rows)
+
+
+def _longest_run(study: dict, seed: str) -> dict:
+    """A seed's extractor-learning run as trained longest: its continuation when there is one
+    (whose logs hold the first iterations too), else the run."""
+    return study.get("continued", {}).get(seed) or study["seeds"][seed]
+
+
+def extractor_learning_curve_table() -> str:
+    """The probe each extractor-learning run logged every few iterations, right after a win /
+    after a loss of 16 each: the seeds (their continuation's log when there is one, which
+    holds the first iterations too) and the perfect-credit diagnostics
+    (``extractor_learning.json``)."""
+    study = result("extractor_learning.json")
+    columns = {}
+    for seed in study["seeds"]:
+        columns[f"seed {seed}"] = _longest_run(study, seed)["curve"]
+    for d in study["perfect_credit"].values():
+        columns[f"perfect credit{_overridden(d['overrides'])}"] = d["curve"]
+    logged = {
+        name: {r["iteration"]: f"{r['probe_right_won']} / {r['probe_right_lost']}" for r in curve
+               if "probe_right_won" in r}
+        for name, curve in columns.items()
+    }  # fmt: skip
+    iterations = sorted({i for cells in logged.values() for i in cells})
+    rows = [[str(i)] + [logged[name].get(i, "") for name in columns] for i in iterations]
+    return table(["iteration", *columns], rows)
+
+
+def extractor_learning_windows_table() -> str:
+    """Per seed (its continuation when there is one), per ten iterations: the trained samples,
+    how many named the stairs' side and east, and how often the credit's sign agreed with the
+    lesson's correctness (``extractor_learning.json``, ``trained_lessons.by_window``)."""
+    study = result("extractor_learning.json")
+    rows = []
+    for seed in study["seeds"]:
+        for w in _longest_run(study, seed)["trained_lessons"]["by_window"]:
+            rows.append(
+                [
+                    f"seed {seed}",
+                    w["iterations"],
+                    str(w["samples"]),
+                    f"{w['right']} ({w['right'] / w['samples']:.2f})",
+                    str(w["east"]),
+                    f"{w['agree']} of {w['signed']}",
+                ]
+            )
+    head = ["run", "iterations", "samples", "naming the stairs' side", "naming east",
+            "credit's sign agrees"]  # fmt: skip
+    return table(head, rows)
+
+
+def extractor_learning_representation_table() -> str:
+    """Per extractor: held-out accuracy of a linear read-out of its features at the answer
+    position (fitted on scripted `train` walks, scored on the 32 probe episodes) for the
+    stairs' side, the walked side and the outcome, per layer; and its own greedy choice
+    (``extractor_learning.json``, ``representation``)."""
+    study = result("extractor_learning.json")["representation"]
+    n = study["test_episodes"]
+    rows = []
+    for name, writer in study["writers"].items():
+        for layer in study["layers"]:
+            decoded = writer["decoded"][str(layer)]
+            rows.append(
+                [
+                    name,
+                    f"{layer}",
+                    *(
+                        f"{round(decoded[t] * n)}/{n}"
+                        for t in ("stairs_side", "walked_side", "won")
+                    ),
+                    f"{writer['greedy_names_stairs']}/{n}",
+                ]
+            )
+    head = ["extractor", "layer", "stairs' side (the rule)", "walked side", "outcome",
+            "its own greedy choice names the stairs' side"]  # fmt: skip
+    return table(head, rows)
+
+
+def probe_rescored_table() -> str:
+    """The frozen extractor probed again with one draw per episode
+    (``benchmarks/results/probe-rescored/``): sampled, greedy and mean-probability rates."""
+    rows = []
+    for path in sorted((RESULTS / "probe-rescored").glob("*.json")):
+        report = json.loads(path.read_text(encoding="utf-8"))["families"]["memory"][0]
+        seed = path.stem.rsplit("seed", 1)[-1]
+        cells = []
+        for key in ("right_after", "greedy_right_after", "p_right_after"):
+            for outcome in ("won", "lost"):
+                cells.append(interval(report[f"{key}_{outcome}"]))
+        rows.append([f"frozen SmolLM2, temperature 1.5, seed {seed}", *cells])
+    head = [
+        "extractor",
+        "sampled right after a win",
+        "after a loss",
+        "greedy right after a win",
+        "after a loss",
+        "P(right) after a win",
+        "after a loss",
+    ]
+    return table(head, rows)
+
+
+#: Table name (the page's ``<!-- generated: NAME -->``) -> its renderer.
+TABLES: dict[str, Callable[[], str]] = {
+    "extractor-learning": extractor_learning_table,
+    "extractor-learning-sides": extractor_learning_sides_table,
+    "extractor-learning-curve": extractor_learning_curve_table,
+    "extractor-learning-windows": extractor_learning_windows_table,
+    "extractor-learning-representation": extractor_learning_representation_table,
+    "probe-rescored": probe_rescored_table,
+}

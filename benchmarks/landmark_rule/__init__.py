@@ -1,0 +1,1 @@
+"""A rule at the first visit (``docs/results/landmark-rule.md``)."""

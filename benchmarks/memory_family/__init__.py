@@ -1,0 +1,1 @@
+"""Base rates of the memory family (``docs/environments/memory.md``)."""

@@ -1,0 +1,1 @@
+"""An independent reader (``docs/results/second-reader.md``)."""

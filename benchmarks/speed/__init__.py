@@ -1,0 +1,1 @@
+"""Speed and soak benchmarks, one file each: ``python -m benchmarks.speed.<name>``."""
