@@ -120,6 +120,18 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
             "experience.extractor_baseline=context",
         ],
     ),
+    # Only the lessons that beat their episode's mean are pushed (up): rejection-sampling
+    # fine-tuning on near-uniform draws.
+    "context-choices-t10-positive": (
+        "rl",
+        [
+            "extractor.score=choices",
+            "extractor.temperature=10.0",
+            "experience.extractor_samples=4",
+            "experience.extractor_baseline=context",
+            "experience.extractor_positive_only=true",
+        ],
+    ),
     "context": (
         "rl",
         ["experience.extractor_samples=4", "experience.extractor_baseline=context"],

@@ -7,6 +7,8 @@ real one, and the draw of lessons per episode goes through the real wrappers and
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import pytest
 from conftest import ScriptedBackend
@@ -156,6 +158,10 @@ def test_the_context_rule_compares_only_lessons_written_about_the_same_episode(s
     ready = extractor.ready_samples(actor_step=5)
     assert [s.meta["reward"] for _, s in ready] == pytest.approx([1.0, -1.0, -1.0, -1.0])
     assert [s.advantage for _, s in ready] == pytest.approx([1.0, -1.0, 0.0, 0.0])
+    # Positive only: the lesson that did worse than its episode's mean teaches nothing.
+    extractor.settings = dataclasses.replace(extractor.settings, extractor_positive_only=True)
+    ready = extractor.ready_samples(actor_step=5)
+    assert [s.advantage for _, s in ready] == pytest.approx([1.0, 0.0, 0.0, 0.0])
 
 
 @pytest.mark.parametrize("samples, batch", [(1, 8), (3, 8)])

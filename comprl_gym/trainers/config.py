@@ -202,6 +202,13 @@ class ExperienceSettings(ExperienceConfig):
     #: such advantage points towards the better answer in that context, whatever the policy's
     #: current odds; needs ``extractor_samples >= 2``.
     extractor_baseline: Literal["batch", "paired", "choice", "context"] = "batch"
+    #: Drop the extractor's negative advantages (set them to 0): it learns only from the
+    #: lessons that earned more than their baseline, by raising their probability
+    #: (rejection-sampling fine-tuning; off, the reference's, by default). Why: a push away
+    #: from a lesson that earned less does not fade once the model already avoids it, so
+    #: nothing holds back a drift of the side every lesson names; a push towards a better
+    #: lesson fades as the model comes to write it, as supervision's does.
+    extractor_positive_only: bool = False
     #: Lessons the extractor writes about each episode it distils (1: the reference's one).
     #: Several let ``extractor_baseline: context`` compare answers to the same episode; each is
     #: stored and credited on its own.

@@ -617,7 +617,10 @@ class ExperienceExtractor:
         rewards = [scored.reward for scored in batch]
         answers = [tuple(scored.generation.completion_token_ids) for scored in batch]
         contexts = [tuple(scored.generation.prompt_token_ids) for scored in batch]
-        return self.samples(batch, advantages(rewards, answers, contexts))
+        computed = advantages(rewards, answers, contexts)
+        if self.settings.extractor_positive_only:
+            computed = [max(0.0, a) for a in computed]
+        return self.samples(batch, computed)
 
     def train_step(self, actor_step: int) -> dict[str, float] | None:
         """One CISPO update on :meth:`ready_samples`, or ``None`` when none is ready."""
