@@ -23,7 +23,6 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's benchmarks package: the studies' renderers
 
 from benchmarks.common import RESULTS  # noqa: E402
-from benchmarks.tables import result  # noqa: E402
 from comprl_gym.registration import markdown_table  # noqa: E402
 from comprl_gym.utils import atomic_write_text  # noqa: E402
 
@@ -107,16 +105,6 @@ def _figures_in(results: Path) -> tuple[set, set]:
     return intervals, p_values
 
 
-@cache
-def ladder_results_table() -> str:
-    """The known-answer ladder (``benchmarks/results/ladder.json``): per rung and learner,
-    updates to solve, the last evaluation and the time taken."""
-    from comprl_gym.trainers.ladder import RungResult, ladder_table
-
-    rows = [RungResult.from_dict(r) for r in result("ladder.json")["results"]]
-    return ladder_table(rows).replace("| learner |", "| learner (variant) |", 1)
-
-
 def study_tables(tables: dict[str, Callable[[], str]]) -> dict[str, Callable[[], str]]:
     """``tables`` and every study's: the ``TABLES`` of each ``benchmarks/<study>/render.py``,
     by table name. A name registered twice is an error."""
@@ -130,8 +118,8 @@ def study_tables(tables: dict[str, Callable[[], str]]) -> dict[str, Callable[[],
     return found
 
 
-#: Table name -> its renderer: the env id table, the ladder's and every study's.
-TABLES = study_tables({"envs": markdown_table, "ladder": ladder_results_table})
+#: Table name -> its renderer: the env id table and every study's.
+TABLES = study_tables({"envs": markdown_table})
 
 
 def render(text: str) -> str:

@@ -8,8 +8,8 @@ RL variant with a perfect reward, for at most ``--max-updates`` updates of 16 le
 evaluated every 5 updates on the 32 held-out probe episodes (greedy right, mean P(target),
 choice entropy). The result goes to ``benchmarks/results/ladder.json`` with a plot.
 
-    .venv/bin/python benchmarks/bench_ladder.py                       # every rung and variant
-    .venv/bin/python benchmarks/bench_ladder.py --rungs rule --variants supervised,sampled
+    python -m benchmarks.ladder.run                       # every rung and variant
+    python -m benchmarks.ladder.run --rungs rule --variants supervised,sampled --seed 1
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import re
 import time
 from pathlib import Path
 
+from benchmarks.common import REPO, RESULTS
 from comprl_gym.trainers.config import TrainConfig
 from comprl_gym.trainers.ladder import (
     EXTRACTOR_RUNGS,
@@ -31,9 +32,8 @@ from comprl_gym.trainers.ladder import (
 )
 from comprl_gym.utils import atomic_write_json
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "extractor-credit.yaml"
-RESULT = REPO / "benchmarks" / "results" / "ladder.json"
+RESULT = RESULTS / "ladder.json"
 
 #: Variant name -> (learner, config overrides of the extractor).
 VARIANTS: dict[str, tuple[str, list[str]]] = {
