@@ -72,13 +72,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from comprl_gym.env_factory import EnvSpec  # noqa: E402
 from comprl_gym.envs.memory.dungeons import SIDES, other_side  # noqa: E402
 from comprl_gym.envs.memory.judge import CONTENT_HEADING  # noqa: E402
-from comprl_gym.evaluation.stream import task_ids  # noqa: E402
-from comprl_gym.evaluation.streaming import (  # noqa: E402
+from comprl_gym.evaluation.stream import (  # noqa: E402
     Arm,
     plot_streaming,
     run_streaming,
     streaming_markdown,
     streaming_summary,
+    task_ids,
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager  # noqa: E402
 from comprl_gym.experience.records import format_experience_text  # noqa: E402

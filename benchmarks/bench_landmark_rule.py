@@ -38,8 +38,7 @@ from comprl_gym.envs.memory import dungeon
 from comprl_gym.evaluation.eval import load_episodes
 from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stats import paired_comparison, proportion_ci
-from comprl_gym.evaluation.stream import stream_result
-from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.evaluation.stream import compare_runs, stream_result
 from comprl_gym.trainers.warmup import warmup_loss_summary
 from comprl_gym.utils import atomic_write_json
 

@@ -41,8 +41,7 @@ from comprl_gym.envs.memory.replay import record_moves
 from comprl_gym.evaluation.eval import load_episodes
 from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stats import paired_comparison
-from comprl_gym.evaluation.stream import stream_result
-from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.evaluation.stream import compare_runs, stream_result
 from comprl_gym.trainers.warmup import warmup_loss_summary
 from comprl_gym.utils import atomic_write_json
 

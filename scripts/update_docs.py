@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from comprl_gym.evaluation.streaming import paired_cell
+from comprl_gym.evaluation.stream import paired_cell
 from comprl_gym.evaluation.table import markdown as method_table_markdown
 from comprl_gym.registration import markdown_table
 from comprl_gym.utils import atomic_write_text

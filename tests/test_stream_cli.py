@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from comprl_gym.cli import main  # noqa: E402
 from comprl_gym.envs.memory import dungeon, pool  # noqa: E402
-from comprl_gym.evaluation.streaming import episode_seeds  # noqa: E402
+from comprl_gym.evaluation.stream import episode_seeds  # noqa: E402
 
 TASKS, VISITS, SEED = 4, 2, 3
 ARMS = ("none", "oracle", "exemplar")

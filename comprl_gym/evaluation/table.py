@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from comprl_gym.core import ConfigurationError, DataError
-from comprl_gym.evaluation.streaming import compare_runs, streaming_summary
+from comprl_gym.evaluation.stream import compare_runs, streaming_summary
 from comprl_gym.utils import STDOUT, atomic_write_bytes
 
 #: The arms a row reports: no lessons, the run's own store, the benchmark's oracle lesson, and
@@ -203,8 +203,8 @@ def keyed(run: Run, key: Any, arm: str | None = None) -> list[dict[str, Any]]:
 
 def pooled(pairs: list[tuple[Run, Run]], arm: str) -> dict[str, Any]:
     """``arm`` of each pair's first run minus its second, pooled over the pairs, per visit
-    (:func:`~comprl_gym.evaluation.streaming.compare_runs`: a :class:`ValueError` unless
-    each pair shares its episodes' seeds).
+    (:func:`~comprl_gym.evaluation.stream.summary.compare_runs`: a :class:`ValueError`
+    unless each pair shares its episodes' seeds).
 
     Example (two pairs of one task each; visit 1 won 1-0 in the first pair, 0-0 in the second):
         >>> def run(won):

@@ -238,7 +238,7 @@ class Run:
     def config(self) -> TrainConfig | EvalConfig | StreamConfig:
         """The config the run ran with: a :class:`~comprl_gym.trainers.config.TrainConfig`
         (its latest checkpoint's, else its summary's), an :class:`~comprl_gym.evaluation.
-        eval.EvalConfig` or a :class:`~comprl_gym.evaluation.stream.StreamConfig`."""
+        eval.EvalConfig` or a :class:`~comprl_gym.evaluation.stream.config.StreamConfig`."""
         if self.kind == TRAIN:
             if self.latest_step is not None:
                 return self.checkpoint().config
