@@ -214,7 +214,7 @@ def test_a_trained_runs_actor_streams_and_its_extractor_fills_the_own_arm(
 
 
 def test_a_run_without_an_extractor_has_no_own_arm(tmp_path, capsys, monkeypatch):
-    import comprl_gym.cli as cli
+    import comprl_gym.cli.stream as cli
 
     class GRPORun:  # what a GRPO run's trainer offers the stream: no lesson writer
         algorithm, iteration, extractor, memory = "grpo", 3, None, None
