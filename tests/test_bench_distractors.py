@@ -13,7 +13,7 @@ import pytest
 from benchmarks.distractors import run as bench
 from comprl_gym.envs.memory import dungeon, inverted_lesson, oracle_lesson, other_side
 from comprl_gym.envs.memory.dungeons import task_text
-from comprl_gym.evaluation.streaming import episode_seeds
+from comprl_gym.evaluation.stream import episode_seeds
 from comprl_gym.experience.records import format_experience_text
 from comprl_gym.lessons.memories import CasesMemory
 

@@ -27,7 +27,7 @@ from comprl_gym.envs.memory import (
     rule_lesson,
 )
 from comprl_gym.envs.memory.lessons import lesson_text, neighbour, reading_examples
-from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.evaluation.stream import compare_runs
 from comprl_gym.lessons.exemplar import exemplar_lesson
 from comprl_gym.rollouts import run_episode
 from comprl_gym.trainers.credit import credit_agreement

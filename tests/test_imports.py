@@ -26,7 +26,6 @@ LIGHT = (
     "comprl_gym.distributed",
     "comprl_gym.trainers.config",
     "comprl_gym.serving",
-    "comprl_gym.serving.cli",
 )
 
 

@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from comprl_gym.cli import LESSON_STATUSES, main
+from comprl_gym.cli import main
+from comprl_gym.cli.lessons import LESSON_STATUSES
 from comprl_gym.experience import ExperienceManager
 from comprl_gym.experience.records import STATUSES
 

@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from comprl_gym.cli import main  # noqa: E402
 from comprl_gym.envs.memory import dungeon, pool  # noqa: E402
-from comprl_gym.evaluation.streaming import episode_seeds  # noqa: E402
+from comprl_gym.evaluation.stream import episode_seeds  # noqa: E402
 
 TASKS, VISITS, SEED = 4, 2, 3
 ARMS = ("none", "oracle", "exemplar")
@@ -214,7 +214,7 @@ def test_a_trained_runs_actor_streams_and_its_extractor_fills_the_own_arm(
 
 
 def test_a_run_without_an_extractor_has_no_own_arm(tmp_path, capsys, monkeypatch):
-    import comprl_gym.cli as cli
+    import comprl_gym.cli.stream as cli
 
     class GRPORun:  # what a GRPO run's trainer offers the stream: no lesson writer
         algorithm, iteration, extractor, memory = "grpo", 3, None, None

@@ -27,7 +27,7 @@ from comprl_gym.env_factory import EnvSpec  # noqa: E402
 from comprl_gym.envs.memory import inverted_lesson, oracle_lesson, placebo_lesson, pool  # noqa: E402
 from comprl_gym.evaluation.eval import summarize  # noqa: E402
 from comprl_gym.evaluation.stats import paired_comparison  # noqa: E402
-from comprl_gym.evaluation.streaming import (  # noqa: E402
+from comprl_gym.evaluation.stream import (  # noqa: E402
     Arm,
     compare_runs,
     run_streaming,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.tables import interval, result, table
-from comprl_gym.evaluation.streaming import paired_cell
+from comprl_gym.evaluation.stream import paired_cell
 
 #: How a stream's ``shown_verdicts`` group an arm's later visits, in the order printed.
 AFTER, SHOWN_VERDICTS = ("after_won", "after_lost"), ("right", "wrong", "no_side")

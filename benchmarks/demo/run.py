@@ -34,8 +34,7 @@ from pathlib import Path
 
 from benchmarks.common import REPO, RESULTS
 from comprl_gym.evaluation.provenance import file_sha256
-from comprl_gym.evaluation.stream import stream_result
-from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.evaluation.stream import compare_runs, stream_result
 from comprl_gym.trainers.run import Run
 from comprl_gym.utils import atomic_write_json
 

@@ -3,7 +3,7 @@
 Streamed on held-out dungeons of ``comprl/Memory-Fork-v0`` (``branch_length=2``, compact
 observations, ``moves="open"``: east and west are the only choices, so a blind walker wins
 half the time and a reader of a right lesson always). Eight arms, every (dungeon, visit)
-episode on the same reset and sampling seeds (:func:`~comprl_gym.evaluation.streaming.
+episode on the same reset and sampling seeds (:func:`~comprl_gym.evaluation.stream.
 episode_seeds`, common random numbers):
 
 * ``none``: no lessons;
@@ -73,13 +73,13 @@ from benchmarks.common import RESULTS
 from comprl_gym.env_factory import EnvSpec  # noqa: E402
 from comprl_gym.envs.memory.dungeons import SIDES, other_side  # noqa: E402
 from comprl_gym.envs.memory.judge import CONTENT_HEADING  # noqa: E402
-from comprl_gym.evaluation.stream import task_ids  # noqa: E402
-from comprl_gym.evaluation.streaming import (  # noqa: E402
+from comprl_gym.evaluation.stream import (  # noqa: E402
     Arm,
     plot_streaming,
     run_streaming,
     streaming_markdown,
     streaming_summary,
+    task_ids,
 )
 from comprl_gym.experience import ExperienceConfig, ExperienceManager  # noqa: E402
 from comprl_gym.experience.records import format_experience_text  # noqa: E402

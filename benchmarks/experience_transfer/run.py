@@ -83,7 +83,7 @@ def store_lessons(run: Any, arm: str | None = None) -> dict[int, str]:
 def result_file(args: argparse.Namespace, config: Any, run: Path, stream: Path) -> dict:
     """The committed result files' keys, from the training run's and the stream's folders."""
     from comprl_gym.envs.memory import pool
-    from comprl_gym.evaluation.streaming import compare_runs, streaming_summary
+    from comprl_gym.evaluation.stream import compare_runs, streaming_summary
     from comprl_gym.families import family_spec, verdict_counts
     from comprl_gym.trainers.credit import credit_agreement
     from comprl_gym.trainers.run import Run

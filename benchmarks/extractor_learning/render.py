@@ -9,7 +9,7 @@ from typing import Any
 
 from benchmarks.common import RESULTS
 from benchmarks.tables import interval, result, table
-from comprl_gym.evaluation.streaming import paired_cell
+from comprl_gym.evaluation.stream import paired_cell
 
 #: The extractor-learning study's lesson writers, in the order its tables print them.
 LEARNING_WRITERS = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.tables import interval, result, table
-from comprl_gym.evaluation.streaming import paired_cell
+from comprl_gym.evaluation.stream import paired_cell
 
 #: The readers of ``landmark_rule.json`` (``run.py``), as the page names them.
 LANDMARK_READERS = {"memory_reader": "fork reader", "landmark_reader": "rule reader"}

@@ -34,7 +34,7 @@ from pathlib import Path
 from benchmarks.common import RESULTS, RUNS, ReaderStudy, warmup_summaries
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.evaluation.stats import paired_comparison, proportion_ci
-from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.evaluation.stream import compare_runs
 
 ARMS = ("none", "rule", "rule_placebo", "inverted_rule")
 #: The treatments, each against the rule's placebo.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.tables import interval, result, table
-from comprl_gym.evaluation.streaming import paired_cell
+from comprl_gym.evaluation.stream import paired_cell
 
 #: The second-reader study's readers, in the order its tables print them.
 SECOND_READERS = {"seed_0": "seed 0 (committed)", "seed_1": "seed 1"}

@@ -37,7 +37,7 @@ from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.dungeons import SIDES
 from comprl_gym.envs.memory.replay import record_moves
 from comprl_gym.evaluation.stats import paired_comparison
-from comprl_gym.evaluation.streaming import compare_runs
+from comprl_gym.evaluation.stream import compare_runs
 
 CONFIG = "configs/memory-reader.yaml"
 #: The recipe's two warm-ups (``configs/memory-reader.yaml``'s header), for ``seed=1``.

@@ -53,7 +53,7 @@ from comprl_gym.evaluation.stats import (
     resolution_warning,
     seed_summary,
 )
-from comprl_gym.evaluation.streaming import streaming_summary
+from comprl_gym.evaluation.stream import streaming_summary
 from comprl_gym.families import Pool, family_spec, family_specs, recorded_pool
 from comprl_gym.utils import atomic_write_json, atomic_write_text, jsonable
 
@@ -245,7 +245,7 @@ def _run_id(folder: str, condition: str, streamed: bool) -> str:
 
 def _visit_rows(folder: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A stream's arms, one row each: success at each visit and over all visits, and the
-    arm minus ``none`` over all visits (:func:`~comprl_gym.evaluation.streaming.
+    arm minus ``none`` over all visits (:func:`~comprl_gym.evaluation.stream.summary.
     streaming_summary`)."""
     rows = []
     for arm, row in streaming_summary(records).items():

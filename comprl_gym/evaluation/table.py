@@ -42,15 +42,14 @@ of 4 at visit 1, GRPO's none 2 of 4; paired, +0.25):
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from comprl_gym.core import ConfigurationError, DataError
-from comprl_gym.evaluation.streaming import compare_runs, streaming_summary
-from comprl_gym.utils import STDOUT, atomic_write_bytes
+from comprl_gym.core import DataError
+from comprl_gym.evaluation.stream import compare_runs, streaming_summary
+from comprl_gym.utils import atomic_write_bytes
 
 #: The arms a row reports: no lessons, the run's own store, the benchmark's oracle lesson, and
 #: the family's scripted ceiling of any extractor (the memory family's ``outcome_aware``).
@@ -203,8 +202,8 @@ def keyed(run: Run, key: Any, arm: str | None = None) -> list[dict[str, Any]]:
 
 def pooled(pairs: list[tuple[Run, Run]], arm: str) -> dict[str, Any]:
     """``arm`` of each pair's first run minus its second, pooled over the pairs, per visit
-    (:func:`~comprl_gym.evaluation.streaming.compare_runs`: a :class:`ValueError` unless
-    each pair shares its episodes' seeds).
+    (:func:`~comprl_gym.evaluation.stream.summary.compare_runs`: a :class:`ValueError`
+    unless each pair shares its episodes' seeds).
 
     Example (two pairs of one task each; visit 1 won 1-0 in the first pair, 0-0 in the second):
         >>> def run(won):
@@ -455,57 +454,3 @@ def write_table(
     atomic_write_bytes(out.with_suffix(".md"), markdown(result).encode())
     plot(result, out.with_suffix(".png"))
     return result
-
-
-def _cmd_table(args: argparse.Namespace) -> int:
-    if args.out == STDOUT:  # three files, a plot among them: no one stream holds them
-        raise ConfigurationError("--out names a stem (it writes STEM.json, .md and .png), not -")
-    methods: dict[str, list[Run]] = {}
-    for name, *paths in args.method:
-        if not paths:
-            raise ConfigurationError(f"--method {name!r}: give its runs (one per seed) after it")
-        if name in methods:
-            raise ConfigurationError(f"--method {name!r} twice: give all its seeds after one")
-        methods[name] = [load_run(p) for p in paths]
-    try:
-        result = write_table(args.out, methods, args.versus)
-    except ValueError as exc:  # a seed given twice, a --versus that is no method, ...
-        raise ConfigurationError(str(exc)) from exc
-    print(markdown(result), end="")
-    print(f"wrote {Path(args.out).with_suffix('.json')}, .md and .png")
-    return 0
-
-
-def add_commands(subparsers: Any) -> None:
-    """Add ``table`` to the ``comprl-gym`` command.
-
-    Example:
-        >>> parser = argparse.ArgumentParser(); sub = parser.add_subparsers()
-        >>> add_commands(sub)
-        >>> args = parser.parse_args(["table", "--method", "GRPO", "a.json", "b.json",
-        ...                           "--versus", "GRPO", "--out", "t"])
-        >>> args.method, args.versus
-        ([['GRPO', 'a.json', 'b.json']], ['GRPO'])
-    """
-    p = subparsers.add_parser(
-        "table",
-        help="the method table: each method's deployed arm pooled over seeds, paired against "
-        "other methods on common random numbers",
-    )
-    p.add_argument(
-        "--method",
-        nargs="+",
-        action="append",
-        required=True,
-        metavar="NAME_THEN_RUNS",
-        help="a method's name, then its runs, one per seed (repeat per method)",
-    )
-    p.add_argument(
-        "--versus",
-        action="append",
-        default=[],
-        metavar="METHOD",
-        help="a method every row's deployed arm is paired against (repeatable)",
-    )
-    p.add_argument("--out", required=True, help="stem of the .json, .md and .png written")
-    p.set_defaults(func=_cmd_table)

@@ -131,7 +131,7 @@ class Playing:
         """The actor as an agent: its rollout engine (current weights), prompts and sampling
         settings (``temperature`` overrides the rollout temperature), sampling with ``seed``.
         One agent per episode with the episode's seed gives common random numbers across
-        arms (:mod:`comprl_gym.evaluation.streaming`)."""
+        arms (:mod:`comprl_gym.evaluation.stream`)."""
         settings = self.config.actor
         critic = None
         if self.uses_experience and self.config.experience.actor_critique:

@@ -11,7 +11,7 @@ episodes (P(right | won), P(right | lost)); this module gives it the trainers' e
   (``probe/right_after_won``, ``probe/right_after_lost`` and the counts) for each of its
   families with a lesson judge and probe episodes.
 
-A saved run's extractors are probed by ``comprl-gym probe`` (:mod:`.probe_command`).
+A saved run's extractors are probed by ``comprl-gym probe`` (:mod:`comprl_gym.cli.probe`).
 """
 
 from __future__ import annotations

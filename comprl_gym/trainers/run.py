@@ -238,7 +238,7 @@ class Run:
     def config(self) -> TrainConfig | EvalConfig | StreamConfig:
         """The config the run ran with: a :class:`~comprl_gym.trainers.config.TrainConfig`
         (its latest checkpoint's, else its summary's), an :class:`~comprl_gym.evaluation.
-        eval.EvalConfig` or a :class:`~comprl_gym.evaluation.stream.StreamConfig`."""
+        eval.EvalConfig` or a :class:`~comprl_gym.evaluation.stream.config.StreamConfig`."""
         if self.kind == TRAIN:
             if self.latest_step is not None:
                 return self.checkpoint().config
@@ -430,6 +430,25 @@ class Run:
         return trainer
 
 
+def run_extractors(
+    run_dir: str | os.PathLike[str], frozen: bool = True
+) -> tuple[TrainConfig, dict[str, Any], list[tuple[str, ExperienceExtractor]]]:
+    """A saved run's config, where its weights came from, and its extractors: the trained one
+    (its newest checkpoint) and, with ``frozen``, the same model with its initial weights
+    (what ``comprl-gym probe --run`` probes)."""
+    run = Run(run_dir)
+    checkpoint = run.checkpoint()
+    config = checkpoint.config
+    trainer_file = checkpoint.path / "trainer.pt"
+    source = {"checkpoint": portable_path(trainer_file), "sha256": checkpoint.files()["trainer.pt"]}
+    extractors = [(f"trained extractor (step {checkpoint.step})", run.extractor())]
+    if frozen:
+        extractors.append(
+            (f"frozen extractor ({config.extractor.model})", run.extractor(initial=True))
+        )
+    return config, source, extractors
+
+
 __all__ = [
     "EVAL",
     "STREAM",
@@ -438,4 +457,5 @@ __all__ = [
     "Run",
     "RunFileMissing",
     "build_extractor",
+    "run_extractors",
 ]

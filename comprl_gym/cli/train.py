@@ -1,9 +1,10 @@
-"""``comprl-gym train --config FILE``: run a trainer from a YAML config.
+"""``comprl-gym train`` and ``doctor``: a trainer run from a YAML config, and the config's
+models checked before one trains.
 
 Example:
     >>> import argparse
     >>> parser = argparse.ArgumentParser(); sub = parser.add_subparsers()
-    >>> add_commands(sub)
+    >>> add_train(sub)
     >>> parser.parse_args(["train", "--config", "configs/demo.yaml"]).config
     'configs/demo.yaml'
 """
@@ -18,7 +19,29 @@ from typing import Any
 
 from comprl_gym.trainers.report import format_results_table
 
-logger = logging.getLogger(__name__)
+#: Each command's examples, shown at the end of its --help.
+EXAMPLES = {
+    "train": """examples:
+  comprl-gym train --config configs/demo.yaml
+  comprl-gym train --config configs/grpo-minihack.yaml --set actor.lr=1e-5 --output-dir runs/g""",
+    "doctor": """examples:
+  comprl-gym doctor --config configs/extractor-credit.yaml
+  comprl-gym doctor --config configs/demo.yaml --set actor.lr=1e-5 --updates 5""",
+}
+
+
+def add_config_arguments(parser: Any) -> None:
+    """``--config FILE`` and repeatable ``--set KEY=VALUE``: a TrainConfig and its overrides."""
+    parser.add_argument(
+        "--config", required=True, help="YAML file of TrainConfig keys (configs/*.yaml)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, dotted for nested ones: --set actor.lr=1e-5",
+    )
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -60,6 +83,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_train(sub: Any) -> None:
+    p = sub.add_parser(
+        "train", help="train an LLM agent (GRPO, Complementary RL, baselines) from a YAML config"
+    )
+    add_config_arguments(p)
+    p.add_argument("--output-dir", help="override output_dir")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    p.set_defaults(func=_cmd_train)
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -80,31 +113,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_config_arguments(parser: Any) -> None:
-    """``--config FILE`` and repeatable ``--set KEY=VALUE``: a TrainConfig and its overrides."""
-    parser.add_argument(
-        "--config", required=True, help="YAML file of TrainConfig keys (configs/*.yaml)"
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, dotted for nested ones: --set actor.lr=1e-5",
-    )
-
-
-def add_commands(subparsers: Any) -> None:
-    """Add ``train`` and ``doctor`` to the ``comprl-gym`` command."""
-    p = subparsers.add_parser(
-        "train", help="train an LLM agent (GRPO, Complementary RL, baselines) from a YAML config"
-    )
-    add_config_arguments(p)
-    p.add_argument("--output-dir", help="override output_dir")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    p.set_defaults(func=_cmd_train)
-
-    p = subparsers.add_parser(
+def add_doctor(sub: Any) -> None:
+    p = sub.add_parser(
         "doctor",
         help="check that a config's training would move its models and feed its rollout engine",
         description=(

@@ -2,15 +2,16 @@
 
 ``comprl-gym probe --run DIR`` gives a family's committed probe episodes
 (:mod:`comprl_gym.lessons.probe`) to the run's trained extractor (its newest checkpoint),
-its frozen one (the same model with the weights it started from) and the scripted
-outcome-aware rule (the ceiling), and prints P(right | won) and P(right | lost) of each;
-``--extractor MODEL`` probes a model no run trained; ``--out FILE`` keeps every lesson, with
-the sha256 of the checkpoint and of the model's weight files.
+its frozen one (the same model with the weights it started from,
+:func:`~comprl_gym.trainers.run.run_extractors`) and the scripted outcome-aware rule (the
+ceiling), and prints P(right | won) and P(right | lost) of each; ``--extractor MODEL`` probes
+a model no run trained; ``--out FILE`` keeps every lesson, with the sha256 of the checkpoint
+and of the model's weight files.
 
 Example:
     >>> import argparse
     >>> parser = argparse.ArgumentParser(); sub = parser.add_subparsers()
-    >>> add_commands(sub)
+    >>> add_probe(sub)
     >>> args = parser.parse_args(["probe", "--run", "runs/memory-complementary"])
     >>> args.run, args.family, args.no_frozen
     ('runs/memory-complementary', [], False)
@@ -21,36 +22,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.trainers.config import ExperienceSettings, ModelSettings, TrainConfig
+from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
 
-if TYPE_CHECKING:
-    from comprl_gym.trainers.extractor import ExperienceExtractor
 # The models' engines (torch, transformers) load only when the command runs: every other
 # ``comprl-gym`` command stays as light as it was.
 
-
-def run_extractors(
-    run_dir: str | os.PathLike[str], frozen: bool = True
-) -> tuple[TrainConfig, dict[str, Any], list[tuple[str, ExperienceExtractor]]]:
-    """A saved run's config, where its weights came from, and its extractors: the trained one
-    (its newest checkpoint) and, with ``frozen``, the same model with its initial weights."""
-    from comprl_gym.evaluation.provenance import portable_path
-    from comprl_gym.trainers.run import Run
-
-    run = Run(run_dir)
-    checkpoint = run.checkpoint()
-    config = checkpoint.config
-    trainer_file = checkpoint.path / "trainer.pt"
-    source = {"checkpoint": portable_path(trainer_file), "sha256": checkpoint.files()["trainer.pt"]}
-    extractors = [(f"trained extractor (step {checkpoint.step})", run.extractor())]
-    if frozen:
-        extractors.append(
-            (f"frozen extractor ({config.extractor.model})", run.extractor(initial=True))
-        )
-    return config, source, extractors
+#: Each command's examples, shown at the end of its --help.
+EXAMPLES = {
+    "probe": """examples:
+  comprl-gym probe --run runs/demo
+  comprl-gym probe --extractor smollm2 --family memory --out probe.json""",
+}
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -60,7 +45,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from comprl_gym.families import family_specs
     from comprl_gym.lessons.probe import ScriptedRule, can_probe, probe_table
     from comprl_gym.trainers.probing import ExtractorWriter, probe_reports, probed_families
-    from comprl_gym.trainers.run import build_extractor
+    from comprl_gym.trainers.run import build_extractor, run_extractors
     from comprl_gym.utils import atomic_write_json, jsonable, writes_to_stdout
 
     # The JSON alone on standard output when it goes there (--out -): the tables to stderr.
@@ -102,9 +87,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(subparsers: Any) -> None:
-    """Add ``probe`` to the ``comprl-gym`` command."""
-    p = subparsers.add_parser(
+def add_probe(sub: Any) -> None:
+    p = sub.add_parser(
         "probe",
         help="score an extractor's lessons on the committed probe episodes",
         description=(
@@ -147,6 +131,3 @@ def add_commands(subparsers: Any) -> None:
         "output; the tables then go to standard error)",
     )
     p.set_defaults(func=_cmd_probe)
-
-
-__all__ = ["add_commands", "run_extractors"]

@@ -1,9 +1,10 @@
-"""``comprl-gym serve ID [ID ...]``: serve comprl ids over OpenEnv's protocol.
+"""``comprl-gym serve ID [ID ...]``: serve comprl ids over OpenEnv's protocol
+(:mod:`comprl_gym.serving`).
 
 Example:
     >>> import argparse
     >>> parser = argparse.ArgumentParser(); sub = parser.add_subparsers()
-    >>> add_commands(sub)
+    >>> add_serve(sub)
     >>> args = parser.parse_args(["serve", "comprl/WebShop-v0", "--max-sessions", "4"])
     >>> args.env_ids, args.max_sessions, args.host
     (['comprl/WebShop-v0'], 4, '127.0.0.1')
@@ -13,9 +14,17 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from comprl_gym.evaluation.eval import expand_env_ids
 from comprl_gym.utils import ENV_ARG, parse_key_values
+
+#: Each command's examples, shown at the end of its --help.
+EXAMPLES = {
+    "serve": """examples:
+  comprl-gym serve 'comprl/MiniHack-Room-*' --port 8000
+  comprl-gym serve comprl/WebShop-v0 --experience runs/demo/store --token SECRET""",
+}
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -47,7 +56,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_serve(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
         help="serve ids over OpenEnv's protocol (WebSocket /ws, /health)",
