@@ -181,12 +181,24 @@ def run(rungs: list[str], variants: list[str], max_updates: int, seed: int) -> l
     return results
 
 
+#: The variants the plot draws (every climb is in the table): the supervised control, the
+#: committed learner, the first context learner and the one that passes.
+PLOTTED = ("supervised", "raw", "context-choices-t3", "context-choices-t10-positive")
+
+
+def ordered(results: list[RungResult]) -> list[RungResult]:
+    """Easiest rung first; in a rung the supervised control first, then in the order run."""
+    rungs = list(EXTRACTOR_RUNGS)
+    return sorted(results, key=lambda r: (rungs.index(r.rung), r.learner != "supervised"))
+
+
 def plot(results: list[RungResult], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    results = [r for r in ordered(results) if r.settings.get("variant", r.learner) in PLOTTED]
     rungs = list(dict.fromkeys(r.rung for r in results))
     fig, axes = plt.subplots(2, len(rungs), figsize=(4.5 * len(rungs), 6.5), squeeze=False)
     for column, rung in enumerate(rungs):
@@ -272,8 +284,13 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="add the curves of runs killed before they finished, from their printed progress",
     )
+    parser.add_argument(
+        "--replot", action="store_true", help="only redraw the plot and table from --out"
+    )
     args = parser.parse_args(argv)
-    if args.from_log:
+    if args.replot:
+        added = []
+    elif args.from_log:
         added = from_log(args.from_log, args.seed)
     else:
         results = run(args.rungs.split(","), args.variants.split(","), args.max_updates, args.seed)
@@ -293,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": rows,
         },
     )
-    everything = [RungResult.from_dict(r) for r in rows]
+    everything = ordered([RungResult.from_dict(r) for r in rows])
     plot(everything, args.out.with_suffix(".png"))
     print(ladder_table(everything))
     return 0
