@@ -204,19 +204,22 @@ def plot(results: list[RungResult], path: Path) -> None:
     for column, rung in enumerate(rungs):
         for result in (r for r in results if r.rung == rung):
             xs = [p.updates for p in result.curve]
-            label = f"{result.settings['variant']} (seed {result.seed})"
-            axes[0][column].plot(
-                xs, [p.greedy_right / p.episodes for p in result.curve], "o-", label=label
-            )
-            axes[1][column].plot(
-                xs, [p.mean_choice_entropy for p in result.curve], "o-", label=label
-            )
+            variant = result.settings.get("variant", result.learner)
+            # One colour per variant, one line style per seed, the same in every panel.
+            style = {
+                "color": f"C{PLOTTED.index(variant)}",
+                "linestyle": ("-", "--", ":")[result.seed % 3],
+                "marker": "o",
+                "label": f"{variant} (seed {result.seed})",
+            }
+            axes[0][column].plot(xs, [p.greedy_right / p.episodes for p in result.curve], **style)
+            axes[1][column].plot(xs, [p.mean_choice_entropy for p in result.curve], **style)
         axes[0][column].set_title(f"{rung}: {EXTRACTOR_RUNGS[rung].asks}", fontsize=9)
         axes[0][column].set_ylim(-0.02, 1.02)
         axes[0][column].set_ylabel("greedy right on 32 probe episodes")
         axes[1][column].set_ylabel("choice entropy (nats)")
         axes[1][column].set_xlabel("updates")
-    axes[0][0].legend(fontsize=8)
+    axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
