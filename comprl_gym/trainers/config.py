@@ -61,8 +61,8 @@ class ModelSettings:
     lr: float = 1e-5
     #: Linear learning-rate warm-up over the first this many optimiser steps (``lr * step /
     #: N``; 0: none, the reference's constant rate). Adam's first steps move every trained
-    #: weight by about ``lr`` whatever its gradient's size; on the ladder's rule rung a
-    #: policy gradient's first five steps at full rate could fix one side for every episode.
+    #: weight by about ``lr`` whatever its gradient's size. (On the ladder's rule rung a
+    #: 10-step warm-up did not keep a learner that collapsed without it from collapsing.)
     lr_warmup_steps: int = 0
     #: AdamW weight decay.
     weight_decay: float = 0.0
@@ -198,16 +198,15 @@ class ExperienceSettings(ExperienceConfig):
     #: balanced between them, a bias where they are not.
     #: ``context``: GRPO's baseline for the extractor: the ``batch`` rule's ``r`` minus the mean
     #: r of the lessons written about the same episode (``extractor_samples`` of them), so each
-    #: is compared only with the other answers to the same question. Over a few choices every
-    #: such advantage points towards the better answer in that context, whatever the policy's
-    #: current odds; needs ``extractor_samples >= 2``.
+    #: is compared only with the other answers to the same question, not with what other
+    #: episodes earned; needs ``extractor_samples >= 2``.
     extractor_baseline: Literal["batch", "paired", "choice", "context"] = "batch"
     #: Drop the extractor's negative advantages (set them to 0): it learns only from the
     #: lessons that earned more than their baseline, by raising their probability
-    #: (rejection-sampling fine-tuning; off, the reference's, by default). Why: a push away
-    #: from a lesson that earned less does not fade once the model already avoids it, so
-    #: nothing holds back a drift of the side every lesson names; a push towards a better
-    #: lesson fades as the model comes to write it, as supervision's does.
+    #: (rejection-sampling fine-tuning; off, the reference's, by default). The reading behind
+    #: it (docs/results/ladder.md): a push away from a lesson that earned less does not fade
+    #: once the model already avoids it, so nothing holds back a drift of the side every
+    #: lesson names; a push towards a better lesson fades as the model comes to write it.
     extractor_positive_only: bool = False
     #: Lessons the extractor writes about each episode it distils (1: the reference's one).
     #: Several let ``extractor_baseline: context`` compare answers to the same episode; each is
