@@ -594,30 +594,32 @@ class ExperienceExtractor:
     def ready_samples(
         self,
         actor_step: int,
-        advantages: Callable[
-            [list[float], list[tuple[int, ...]], list[tuple[int, ...]]], list[float]
-        ]
-        | None = None,
+        advantages: Callable[..., list[float]] | None = None,
     ) -> list[tuple[ExtractorGeneration, TrainSample]]:
         """:meth:`reward_batch` as samples, each generation's ``r(m)`` turned into its advantage
-        by ``advantages(rewards, answers, contexts)`` (the trainer's ``extractor_advantages``
-        hook; each answer is a generation's completion tokens, each context its prompt
-        tokens); by default ``extractor_baseline``'s
+        by ``advantages(rewards, answers)`` (the trainer's ``extractor_advantages`` hook; each
+        answer is a generation's completion tokens), called with a third argument, each
+        generation's prompt tokens, under ``extractor_baseline: context``; by default ``extractor_baseline``'s
         rule, :func:`~comprl_gym.trainers.credit.rule_advantages`: ``r - mean(r over the
         batch)``, ``r`` for ``paired``, or ``r`` minus the mean over the batch's same answers
         for ``choice``. ``[]`` when none is ready."""
         batch = self.reward_batch(actor_step)
         if not batch:
             return []
+        rule = self.settings.extractor_baseline
         if advantages is None:
-            rule = self.settings.extractor_baseline
-            advantages = lambda r, answers, contexts: credit.rule_advantages(  # noqa: E731
+            advantages = lambda r, answers, contexts=None: credit.rule_advantages(  # noqa: E731
                 r, rule, answers, contexts
             )
         rewards = [scored.reward for scored in batch]
         answers = [tuple(scored.generation.completion_token_ids) for scored in batch]
-        contexts = [tuple(scored.generation.prompt_token_ids) for scored in batch]
-        computed = advantages(rewards, answers, contexts)
+        if rule == "context":
+            contexts = [tuple(scored.generation.prompt_token_ids) for scored in batch]
+            computed = advantages(rewards, answers, contexts)
+        else:
+            # Only the context rule reads the contexts: a hook written before it existed,
+            # ``extractor_advantages(rewards, answers)``, keeps working under every other.
+            computed = advantages(rewards, answers)
         if self.settings.extractor_positive_only:
             computed = [max(0.0, a) for a in computed]
         return self.samples(batch, computed)
