@@ -17,8 +17,8 @@ import pytest
 from comprl_gym.agents.prompts import GENERIC_GRAMMAR, PromptConfig, system_prompt
 from comprl_gym.core import ConfigurationError
 from comprl_gym.evaluation.leaderboard import build_leaderboard
-from comprl_gym.experience.prompts import extractor_system_prompt
 from comprl_gym.families import FAMILY_MODULES, EnvEntry, FamilySpec, family_spec, family_specs
+from comprl_gym.lessons.prompts import extractor_system_prompt
 from comprl_gym.registration import ENV_TABLE, add_family
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ from comprl_gym.agents import make_agent
 from comprl_gym.agents.prompts import PromptConfig, system_prompt
 from comprl_gym.evaluation.eval import EvalConfig, run_eval
 from comprl_gym.evaluation.leaderboard import build_leaderboard, leaderboard_markdown
-from comprl_gym.experience.prompts import extractor_system_prompt
+from comprl_gym.lessons.prompts import extractor_system_prompt
 from comprl_gym.registration import ENV_TABLE, add_family, markdown_table
 
 out = {"before": "comprl/ToyCoin-v0" in gym.registry}

@@ -19,8 +19,8 @@ from comprl_gym.agents.critique import parse_critique
 from comprl_gym.core import ConfigurationError
 from comprl_gym.envs.memory import lesson_stem
 from comprl_gym.experience import ExperienceManager, default_embedder
-from comprl_gym.experience.prompts import ROLE_AGENT, ROLE_ENVIRONMENT, ROLE_TOOL
 from comprl_gym.lessons.formats import operations_messages
+from comprl_gym.lessons.prompts import ROLE_AGENT, ROLE_ENVIRONMENT, ROLE_TOOL
 from comprl_gym.llm.transformers_backend import TransformersBackend
 from comprl_gym.rollouts import RolloutWorker
 from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
@@ -353,7 +353,7 @@ def test_the_actors_critique_sets_the_extractors_reward_for_that_use(tmp_path, e
 def test_a_long_interaction_keeps_the_goal_and_the_end_and_says_what_it_left_out():
     from types import SimpleNamespace
 
-    from comprl_gym.experience.prompts import format_interaction
+    from comprl_gym.lessons.prompts import format_interaction
 
     turns = [
         SimpleNamespace(observation=f"o{i}", action=f"a{i}", text="", next_observation=f"o{i + 1}")

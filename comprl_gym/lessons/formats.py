@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from comprl_gym.core import ConfigurationError
-from comprl_gym.experience import prompts
 from comprl_gym.experience.operations import (
     ExperienceText,
     ExtractorOutputError,
@@ -48,6 +47,7 @@ from comprl_gym.experience.operations import (
 from comprl_gym.experience.records import Provenance
 from comprl_gym.experience.search_and_ask import SearchAndAskSyntax
 from comprl_gym.families import family_spec
+from comprl_gym.lessons import prompts
 from comprl_gym.lessons.core import LessonStem, lesson_title
 from comprl_gym.registration import families_of
 from comprl_gym.rollouts import Trajectory

@@ -12,7 +12,7 @@ agentic/``; the file names below point into it):
 * **Input** (reference ``async_memory_manager.py::build_memory_model_messages``): the whole
   episode, each action followed by the observation it produced (Environment / Agent / Tool
   Environment), ``Outcome: SUCCESS/FAILURE`` and the lessons the episode was shown
-  (``**Memory Entry i**``), see :func:`~comprl_gym.experience.prompts.format_interaction`.
+  (``**Memory Entry i**``), see :func:`~comprl_gym.lessons.prompts.format_interaction`.
 * **Output**: one of the lesson formats of :mod:`comprl_gym.lessons.formats`
   (``experience.extractor_format``): ``operations`` (the reference's: ``<answer>`` with a JSON
   list of ``add`` / ``update`` / ``return`` operations, memories as
@@ -83,6 +83,7 @@ from typing import Any, Literal, NamedTuple
 
 from comprl_gym.experience import prompts
 from comprl_gym.experience.records import Provenance
+from comprl_gym.lessons import prompts as lesson_prompts
 from comprl_gym.lessons.formats import SEARCH_SYNTAX, LessonFormat, lesson_format
 from comprl_gym.lessons.quality import lesson_quality
 from comprl_gym.rollouts import Trajectory
@@ -484,7 +485,7 @@ class ExperienceExtractor:
     # ------------------------------------------------------------------ merging
     def merge_chunk(self, texts: list[str]) -> str:
         """One merge call: ``<<<KNOWLEDGE_ITEM>>>`` blocks or ``return`` for a chunk of items."""
-        generation = self.generate_chat(prompts.build_merge_messages(texts))
+        generation = self.generate_chat(lesson_prompts.build_merge_messages(texts))
         self._merge_calls.append(generation)
         self.counts.merge_calls += 1
         return generation.text
