@@ -35,6 +35,20 @@ from comprl_gym.utils import atomic_write_json
 CONFIG = REPO / "configs" / "extractor-credit.yaml"
 RESULT = RESULTS / "ladder.json"
 
+#: GRPO's baseline for the extractor, scored as the model's own choice: 4 lessons about each
+#: of 4 episodes an update, each compared with the others about the same episode.
+CONTEXT = [
+    "extractor.score=choices",
+    "experience.extractor_samples=4",
+    "experience.extractor_baseline=context",
+]
+#: The reference's batch baseline, the model's own choice scored, sampled at 3.
+CHOICES_BATCH = [
+    "extractor.score=choices",
+    "extractor.temperature=3.0",
+    "experience.extractor_baseline=batch",
+]
+
 #: Variant name -> (learner, config overrides of the extractor).
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "supervised": ("supervised", ["extractor.lr=2e-3"]),
@@ -50,92 +64,32 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # The same with the reference's batch baseline (r minus the batch's mean r): under the
     # choice baseline a side that is right wherever it is given earns 0, so the rare right
     # draw in a kind the model gets wrong teaches nothing.
-    "choices-t3-batch-lr5e-4": (
-        "rl",
-        [
-            "extractor.score=choices",
-            "extractor.temperature=3.0",
-            "extractor.lr=5e-4",
-            "experience.extractor_baseline=batch",
-        ],
-    ),
-    "choices-t3-batch-lr1e-3": (
-        "rl",
-        [
-            "extractor.score=choices",
-            "extractor.temperature=3.0",
-            "extractor.lr=1e-3",
-            "experience.extractor_baseline=batch",
-        ],
-    ),
-    # GRPO's baseline for the extractor: 4 lessons about each of 4 episodes an update, each
-    # compared with the others about the same episode.
-    "context-choices-t3": (
-        "rl",
-        [
-            "extractor.score=choices",
-            "extractor.temperature=3.0",
-            "experience.extractor_samples=4",
-            "experience.extractor_baseline=context",
-        ],
-    ),
+    "choices-t3-batch-lr5e-4": ("rl", [*CHOICES_BATCH, "extractor.lr=5e-4"]),
+    "choices-t3-batch-lr1e-3": ("rl", [*CHOICES_BATCH, "extractor.lr=1e-3"]),
+    "context-choices-t3": ("rl", [*CONTEXT, "extractor.temperature=3.0"]),
     "context-choices-t3-lr1e-3": (
         "rl",
-        [
-            "extractor.score=choices",
-            "extractor.temperature=3.0",
-            "experience.extractor_samples=4",
-            "experience.extractor_baseline=context",
-            "extractor.lr=1e-3",
-        ],
+        [*CONTEXT, "extractor.temperature=3.0", "extractor.lr=1e-3"],
     ),
     "context-choices-t3-lr5e-4": (
         "rl",
-        [
-            "extractor.score=choices",
-            "extractor.temperature=3.0",
-            "experience.extractor_samples=4",
-            "experience.extractor_baseline=context",
-            "extractor.lr=5e-4",
-        ],
+        [*CONTEXT, "extractor.temperature=3.0", "extractor.lr=5e-4"],
     ),
     "context-choices-t3-warmup": (
         "rl",
-        [
-            "extractor.score=choices",
-            "extractor.temperature=3.0",
-            "experience.extractor_samples=4",
-            "experience.extractor_baseline=context",
-            "extractor.lr_warmup_steps=10",
-        ],
+        [*CONTEXT, "extractor.temperature=3.0", "extractor.lr_warmup_steps=10"],
     ),
     # Sampled near-uniformly (temperature 10): the side the model does not prefer is drawn in
     # about a third of the lessons even at a 8-nat margin, so groups keep comparing both.
-    "context-choices-t10": (
-        "rl",
-        [
-            "extractor.score=choices",
-            "extractor.temperature=10.0",
-            "experience.extractor_samples=4",
-            "experience.extractor_baseline=context",
-        ],
-    ),
+    "context-choices-t10": ("rl", [*CONTEXT, "extractor.temperature=10.0"]),
     # Only the lessons that beat their episode's mean are pushed (up): rejection-sampling
-    # fine-tuning on near-uniform draws.
+    # fine-tuning on near-uniform draws. The one that passes.
     "context-choices-t10-positive": (
         "rl",
-        [
-            "extractor.score=choices",
-            "extractor.temperature=10.0",
-            "experience.extractor_samples=4",
-            "experience.extractor_baseline=context",
-            "experience.extractor_positive_only=true",
-        ],
+        [*CONTEXT, "extractor.temperature=10.0", "experience.extractor_positive_only=true"],
     ),
-    "context": (
-        "rl",
-        ["experience.extractor_samples=4", "experience.extractor_baseline=context"],
-    ),
+    # The context baseline on the committed raw score, sampled at 1.5.
+    "context": ("rl", ["experience.extractor_samples=4", "experience.extractor_baseline=context"]),
     # Scored as sampled: temperature 1.5 over the two choices only.
     "sampled": ("rl", ["extractor.score=sampled"]),
     "sampled-lr5e-4": ("rl", ["extractor.score=sampled", "extractor.lr=5e-4"]),

@@ -243,13 +243,7 @@ class ComplementaryRLTrainer(Trainer):
     def extractor_loss(self) -> Loss:
         """CISPO with the ``experience.cispo_*`` settings: ``w = clip(rho, 1 - eps_low, 1 +
         eps_high)`` detached, loss ``-w A log p`` (reference ``memory_cispo_epsilon_*`` 0.1)."""
-        settings = self.config.experience
-        return CISPO(
-            settings.cispo_eps_low,
-            settings.cispo_eps_high,
-            settings.cispo_variant,
-            settings.cispo_normalization,
-        )
+        return CISPO.of_extractor(self.config.experience)
 
     def extractor_advantages(
         self,

@@ -243,13 +243,7 @@ def climb(
     lost = [e for e in train if not e.won]
     rng = random.Random(seed)
     # The extractor's CISPO as the Complementary RL trainer builds it (its extractor_loss).
-    cispo = CISPO(
-        experience.cispo_eps_low,
-        experience.cispo_eps_high,
-        experience.cispo_variant,
-        experience.cispo_normalization,
-    )
-    loss = cispo if learner == "rl" else CrossEntropy()
+    loss = CISPO.of_extractor(experience) if learner == "rl" else CrossEntropy()
     extractor = build_extractor(
         model,
         dataclasses.replace(experience, extractor_batch_size=batch_size, min_quality=0.0),

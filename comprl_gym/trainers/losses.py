@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -223,6 +223,17 @@ class CISPO:
             num_sequences=num_sequences,
         )
         return loss, {}
+
+    @classmethod
+    def of_extractor(cls, settings: Any) -> CISPO:
+        """The extractor's CISPO as ``experience`` settings configure it (``cispo_eps_low``,
+        ``cispo_eps_high``, ``cispo_variant``, ``cispo_normalization``)."""
+        return cls(
+            settings.cispo_eps_low,
+            settings.cispo_eps_high,
+            settings.cispo_variant,
+            settings.cispo_normalization,
+        )
 
 
 @dataclass(frozen=True)
