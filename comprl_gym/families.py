@@ -294,6 +294,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "comprl_gym.envs.webshop",
     "comprl_gym.envs.swebench",
     "comprl_gym.envs.memory",
+    "comprl_gym.envs.ladder",
 )
 
 #: Family modules added at run time (:func:`add_family_module`), after the built-in ones.

@@ -111,7 +111,7 @@ print(json.dumps(out))
 
 def test_every_builtin_family_is_listed_and_complete():
     specs = family_specs()
-    assert list(specs) == ["minihack", "alfworld", "webshop", "swebench", "memory"]
+    assert list(specs) == ["minihack", "alfworld", "webshop", "swebench", "memory", "ladder"]
     assert [module.rsplit(".", 1)[1] for module in FAMILY_MODULES] == list(specs)
     for name, spec in specs.items():
         assert spec.label and spec.expert and spec.action_grammar and spec.extractor_focus, name
@@ -230,6 +230,7 @@ def test_every_hook_a_builtin_family_names_is_a_function_of_that_family():
         "webshop": ("bm25s", "spacy"),
         "swebench": ("swebench",),
         "memory": ("minihack", "nle"),
+        "ladder": (),  # pure Python: its code is the whole of what it plays
     }
 
 

@@ -43,6 +43,7 @@ def test_the_issue_ids_exist():
         "comprl/SWEBench-v0",
         "comprl/Memory-Fork-v0",  # the memory family (issue 29)
         "comprl/Memory-Landmark-v0",
+        "comprl/Ladder-v0",  # the actor's known-answer ladder (issue 54)
     }
     expected |= {f"comprl/ALFWorld-{name}-v0" for name in ID_TASK_TYPES}
     assert expected == set(ENV_TABLE)
