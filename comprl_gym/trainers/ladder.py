@@ -322,6 +322,171 @@ def _supervised_step(
     return optimizer.update(samples)
 
 
+# ---------------------------------------------------------------------------------- the actor
+#: The actor's rungs (the ``comprl/Ladder-v0`` env's ``rung``), easiest first.
+ACTOR_ENV = "comprl/Ladder-v0"
+
+
+def actor_rungs() -> tuple[str, ...]:
+    """The actor's rungs: :data:`comprl_gym.envs.ladder.env.RUNGS`."""
+    from comprl_gym.envs.ladder.env import RUNGS
+
+    return RUNGS
+
+
+def actor_choice_scores(trainer: Any, split: str = "test") -> list[tuple[str, dict[str, float]]]:
+    """Per task of ``split``, its first right branch and the actor's probability of each
+    branch at its first reply (the action's number token after the prompt's prefill, at
+    temperature 1 restricted to the two branches): no draw, the actor's own choice."""
+    from comprl_gym.envs.ladder.env import SIDES
+    from comprl_gym.trainers.warmup import reading_examples, reading_samples
+
+    config = dataclasses.replace(
+        trainer.config,
+        warmup=dataclasses.replace(
+            trainer.config.warmup, formats=["answer"], sides="true", split=split
+        ),
+    )
+    examples = reading_examples(config)
+    tokenizer = trainer.actor.tokenizer
+    samples = reading_samples(config, examples, tokenizer, trainer.agent(0).config.prompt)
+    # The admissible actions are listed in SIDES' order, numbered from 1.
+    numbers = [tokenizer(str(i + 1), add_special_tokens=False)["input_ids"][0] for i in range(2)]
+    model = trainer.actor.model
+    out = []
+    with torch.no_grad():
+        for (_, example), sample in zip(examples, samples):
+            prompt = sample.input_ids[: sample.action_mask.index(1)]
+            logits = model(torch.tensor([prompt])).logits[0, -1, numbers].double()
+            probs = torch.softmax(logits, -1).tolist()
+            out.append((example.answer, dict(zip(SIDES, probs))))
+    return out
+
+
+def evaluate_actor(trainer: Any, updates: int, tasks: int = 32) -> LadderPoint:
+    """The actor's :class:`LadderPoint` after ``updates`` updates: ``tasks`` held-out tasks
+    played greedily to the end by the trainer's own agent (greedy right = episodes won, by
+    the first right branch), and its first choice's mean P(right) and entropy."""
+    from comprl_gym.env_factory import EnvSpec, make_env
+    from comprl_gym.trainers.tasks import TaskRef
+
+    cfg = trainer.config
+    env_id = cfg.env_ids[0]
+    kwargs = {"max_steps": cfg.max_episode_steps, **cfg.env_kwargs[env_id], "split": "test"}
+    envs = [make_env(EnvSpec.of(env_id, kwargs)) for _ in range(tasks)]
+    try:
+        trainer._play_calls = 0
+        jobs = [(env, TaskRef(env_id, t), t, False) for t, env in enumerate(envs)]
+        episodes = trainer.play_jobs(jobs, temperature=0.0)
+    finally:
+        for env in envs:
+            env.close()
+    scores = actor_choice_scores(trainer)[:tasks]
+    by_kind: dict[str, int] = {}
+    for (answer, _), episode in zip(scores, episodes):
+        by_kind[answer] = by_kind.get(answer, 0) + int(episode.won)
+    entropy = -sum(p * math.log(p) for _, probs in scores for p in probs.values() if p > 0)
+    return LadderPoint(
+        updates,
+        sum(int(e.won) for e in episodes),
+        tasks,
+        sum(probs[answer] for answer, probs in scores) / tasks,
+        entropy / tasks,
+        greedy_right_by_kind=dict(sorted(by_kind.items())),
+    )
+
+
+def climb_actor(
+    rung: str,
+    learner: Learner,
+    config: Any,
+    *,
+    max_updates: int = 20,
+    eval_every: int = 2,
+    seed: int = 0,
+    supervised_lr: float = 2e-3,
+    batch_size: int = 16,
+    eval_tasks: int = 32,
+    stop_when_solved: bool = True,
+    progress: Callable[[RungResult], None] | None = None,
+) -> RungResult:
+    """Train a fresh actor on ``rung`` of ``comprl/Ladder-v0`` with ``learner`` for at most
+    ``max_updates`` updates, evaluating every ``eval_every`` updates on ``eval_tasks`` of the
+    32 held-out tasks
+    (:func:`evaluate_actor`) and stopping at the first evaluation that wins all of them.
+
+    ``rl`` is the library's own trainer for ``config.algorithm`` (GRPO in
+    ``configs/actor-ladder.yaml``): each update is one
+    :meth:`~comprl_gym.trainers.base.Trainer.train_iteration` (rollouts of the training
+    tasks, the env's perfect reward, grouped advantages, the actor's update). ``supervised``
+    is the reading warm-up's step (:func:`~comprl_gym.trainers.warmup.reading_samples`, a
+    fresh AdamW at ``supervised_lr``): cross-entropy on the first right branch of
+    ``batch_size`` training tasks, the same prompts and LoRA.
+    """
+    from comprl_gym.trainers import make_trainer
+    from comprl_gym.trainers.warmup import reading_examples, reading_samples, warmup_optimizer
+
+    if learner not in ("rl", "supervised"):
+        raise ConfigurationError(f"learner must be 'rl' or 'supervised', got {learner!r}")
+    if rung not in actor_rungs():
+        raise ConfigurationError(f"rung must be one of {actor_rungs()}, got {rung!r}")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="comprl-actor-ladder-") as folder:
+        config = dataclasses.replace(
+            config,
+            seed=seed,
+            env_ids=[ACTOR_ENV],
+            env_kwargs={ACTOR_ENV: {**config.env_kwargs.get(ACTOR_ENV, {}), "rung": rung}},
+            eval_tasks=0,
+            output_dir=folder,
+            progress=False,
+            resume=False,
+        )
+        trainer = make_trainer(config)
+        settings = {**dataclasses.asdict(config.actor), "algorithm": config.algorithm}
+        if learner == "supervised":
+            settings["lr"] = supervised_lr
+        result = RungResult(rung, learner, settings, seed=seed)
+        try:
+            result.curve.append(evaluate_actor(trainer, 0, eval_tasks))
+            if learner == "supervised":
+                warm = dataclasses.replace(
+                    config,
+                    warmup=dataclasses.replace(config.warmup, formats=["answer"], sides="true"),
+                )
+                samples = reading_samples(
+                    warm, reading_examples(warm), trainer.actor.tokenizer,
+                    trainer.agent(0).config.prompt,
+                )  # fmt: skip
+                optimizer = warmup_optimizer(trainer.actor, supervised_lr)
+                rng = random.Random(seed)
+            for update in range(1, max_updates + 1):
+                if learner == "rl":
+                    record = trainer.train_iteration()
+                    stats = {
+                        "entropy": record.get("actor/entropy"),
+                        "reward_mean": record.get("reward"),
+                    }
+                else:
+                    stats = optimizer.update(rng.sample(samples, batch_size))
+                    trainer.push_weights()
+                    trainer.actor.model.eval()
+                if update % eval_every == 0 or update == max_updates:
+                    point = evaluate_actor(trainer, update, eval_tasks)
+                    point.update_entropy = stats.get("entropy")
+                    point.reward_mean = stats.get("reward_mean")
+                    result.curve.append(point)
+                    result.time_s = time.perf_counter() - start
+                    if progress is not None:
+                        progress(result)
+                    if stop_when_solved and point.greedy_right == point.episodes:
+                        break
+        finally:
+            trainer.close()
+    result.time_s = time.perf_counter() - start
+    return result
+
+
 def ladder_table(results: list[RungResult]) -> str:
     """A markdown table: per rung and learner, updates to solve, the final evaluation and time.
 
@@ -350,13 +515,18 @@ def ladder_table(results: list[RungResult]) -> str:
 
 
 __all__ = [
+    "ACTOR_ENV",
     "EXTRACTOR_RUNGS",
     "LadderPoint",
     "Rung",
     "RungResult",
+    "actor_choice_scores",
+    "actor_rungs",
     "choice_scores",
     "climb",
+    "climb_actor",
     "evaluate",
+    "evaluate_actor",
     "ladder_table",
     "stairs_side",
 ]

@@ -1,0 +1,130 @@
+"""The actor's known-answer ladder (comprl_gym.trainers.ladder.climb_actor), measured.
+
+Each rung of ``comprl/Ladder-v0`` (a constant answer, an answer that depends on the
+observation, an answer given in context, a two-step episode) is climbed by the library's GRPO
+trainer with ``configs/actor-ladder.yaml`` (the env's perfect reward) and by the supervised
+control (cross-entropy on the first right branch, the same prompts and LoRA, lr 2e-3, 16
+tasks a step), evaluated every 2 updates on the 32 held-out tasks: won greedily, the mean
+P(right) of the first choice and its entropy. Each climb is added to
+``benchmarks/results/actor_ladder.json`` as it ends, with a plot.
+
+    python -m benchmarks.ladder.actor                     # every rung, both learners (~1 h)
+    python -m benchmarks.ladder.actor --rungs lesson --learners rl --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from benchmarks.common import REPO, RESULTS
+from comprl_gym.trainers.config import TrainConfig
+from comprl_gym.trainers.ladder import RungResult, actor_rungs, climb_actor, ladder_table
+from comprl_gym.utils import atomic_write_json
+
+CONFIG = REPO / "configs" / "actor-ladder.yaml"
+RESULT = RESULTS / "actor_ladder.json"
+LEARNERS = ("supervised", "rl")
+
+
+def ordered(results: list[RungResult]) -> list[RungResult]:
+    """Easiest rung first; in a rung the supervised control first, then by seed."""
+    rungs = list(actor_rungs())
+    return sorted(results, key=lambda r: (rungs.index(r.rung), r.learner != "supervised", r.seed))
+
+
+def plot(results: list[RungResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rungs = list(dict.fromkeys(r.rung for r in ordered(results)))
+    fig, axes = plt.subplots(2, len(rungs), figsize=(4 * len(rungs), 6), squeeze=False)
+    for column, rung in enumerate(rungs):
+        for result in (r for r in results if r.rung == rung):
+            xs = [p.updates for p in result.curve]
+            style = {
+                "color": f"C{LEARNERS.index(result.learner)}",
+                "linestyle": ("-", "--", ":")[result.seed % 3],
+                "marker": "o",
+                "label": f"{result.learner} (seed {result.seed})",
+            }
+            axes[0][column].plot(xs, [p.greedy_right / p.episodes for p in result.curve], **style)
+            axes[1][column].plot(xs, [p.mean_choice_entropy for p in result.curve], **style)
+        axes[0][column].set_title(rung)
+        axes[0][column].set_ylim(-0.02, 1.02)
+        axes[0][column].set_ylabel("won greedily, 32 held-out tasks")
+        axes[1][column].set_ylabel("first choice's entropy (nats)")
+        axes[1][column].set_xlabel("updates")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def save(rows: list[dict], out: Path) -> None:
+    """Write the rows and redraw the plot (after every climb: a stopped run keeps its rows)."""
+    atomic_write_json(
+        out,
+        {
+            "config": str(CONFIG.relative_to(REPO)),
+            "eval": "32 held-out tasks of comprl/Ladder-v0 split test, played greedily; "
+            "P(right) and entropy of the first choice at temperature 1 over the two branches",
+            "results": rows,
+        },
+    )
+    plot([RungResult.from_dict(r) for r in rows], out.with_suffix(".png"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rungs", default=",".join(actor_rungs()))
+    parser.add_argument("--learners", default=",".join(LEARNERS))
+    parser.add_argument("--max-updates", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
+    parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--replot", action="store_true", help="only redraw the plot and table")
+    args = parser.parse_args(argv)
+    rows = json.loads(args.out.read_text())["results"] if args.out.exists() else []
+    if not args.replot:
+        config = TrainConfig.from_yaml(CONFIG, args.set)
+        for rung in args.rungs.split(","):
+            for learner in args.learners.split(","):
+                start = time.perf_counter()
+
+                def show(result: RungResult, start: float = start) -> None:
+                    p = result.curve[-1]
+                    print(
+                        f"  {result.rung} {result.learner} update {p.updates}: won "
+                        f"{p.greedy_right}/{p.episodes} {p.greedy_right_by_kind}, P(right) "
+                        f"{p.mean_p_target:.2f}, entropy {p.mean_choice_entropy:.2f}, update "
+                        f"entropy {p.update_entropy}, reward {p.reward_mean} "
+                        f"({time.perf_counter() - start:.0f} s)",
+                        flush=True,
+                    )
+
+                result = climb_actor(
+                    rung,
+                    learner,  # type: ignore[arg-type]
+                    config,
+                    max_updates=args.max_updates,
+                    seed=args.seed,
+                    progress=show,
+                )
+                result.settings["overrides"] = args.set
+                key = (rung, learner, args.seed)
+                rows = [r for r in rows if (r["rung"], r["learner"], r["seed"]) != key]
+                rows.append(result.to_dict())
+                save(rows, args.out)
+                print(ladder_table([result]), flush=True)
+    save(rows, args.out)
+    print(ladder_table(ordered([RungResult.from_dict(r) for r in rows])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
