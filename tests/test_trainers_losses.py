@@ -409,6 +409,9 @@ def test_actor_advantages_are_r_minus_mean_within_each_group_half_by_default():
     scaled = _actor_samples(episodes, uses_experience=True, scale_advantages=True)
     a = 0.75 / (0.5 + 1e-4)  # std (ddof 1) of [1, 0, 0, 0] is 1/2
     assert scaled[0].advantage == pytest.approx(a)
+    # positive_advantages_only: the same by hand, each negative one set to 0.
+    positive = _actor_samples(episodes, uses_experience=True, positive_advantages_only=True)
+    assert [s.advantage for s in positive] == [0.75, 0, 0, 0, 0.25, 0.25, 0, 0.25]
     config = TrainConfig()
     assert (config.clip_eps_low, config.clip_eps_high) == (0.2, 0.2)
     assert (config.sample_mode, config.loss_normalization) == ("trajectory", "sequence")

@@ -4,12 +4,14 @@ Each rung of ``comprl/Ladder-v0`` (a constant answer, an answer that depends on 
 observation, an answer given in context, a two-step episode) is climbed by the library's GRPO
 trainer with ``configs/actor-ladder.yaml`` (the env's perfect reward) and by the supervised
 control (cross-entropy on the first right branch, the same prompts and LoRA, lr 2e-3, 16
-tasks a step), evaluated every 2 updates on the 32 held-out tasks: won greedily, the mean
+tasks a step), evaluated every 2 updates (``--eval-every``) on the 32 held-out tasks: won greedily, the mean
 P(right) of the first choice and its entropy. Each climb is added to
 ``benchmarks/results/actor_ladder.json`` as it ends, with a plot.
 
     python -m benchmarks.ladder.actor                     # every rung, both learners (~1 h)
     python -m benchmarks.ladder.actor --rungs lesson --learners rl --seed 1
+    python -m benchmarks.ladder.actor --rungs lesson --learners rl \
+        --set positive_advantages_only=true --variant rl-positive
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ def plot(results: list[RungResult], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rungs = list(dict.fromkeys(r.rung for r in ordered(results)))
+    variants = list(dict.fromkeys(r.learner for r in ordered(results)))
     fig, axes = plt.subplots(2, len(rungs), figsize=(4 * len(rungs), 6), squeeze=False)
     for column, rung in enumerate(rungs):
         for result in (r for r in results if r.rung == rung):
             xs = [p.updates for p in result.curve]
             style = {
-                "color": f"C{LEARNERS.index(result.learner)}",
+                "color": f"C{variants.index(result.learner)}",
                 "linestyle": ("-", "--", ":")[result.seed % 3],
                 "marker": "o",
                 "label": f"{result.learner} (seed {result.seed})",
@@ -63,6 +66,11 @@ def plot(results: list[RungResult], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def row_key(row: dict) -> tuple[str, str, int]:
+    """A result row's (rung, variant, seed): a new climb replaces the row of the same key."""
+    return row["rung"], row["settings"].get("variant", row["learner"]), row["seed"]
 
 
 def save(rows: list[dict], out: Path) -> None:
@@ -84,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rungs", default=",".join(actor_rungs()))
     parser.add_argument("--learners", default=",".join(LEARNERS))
     parser.add_argument("--max-updates", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
+    parser.add_argument(
+        "--variant", default="", help="the name the overrides' rows go by (default: the learner)"
+    )
     parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--replot", action="store_true", help="only redraw the plot and table")
     args = parser.parse_args(argv)
@@ -112,12 +124,16 @@ def main(argv: list[str] | None = None) -> int:
                     learner,  # type: ignore[arg-type]
                     config,
                     max_updates=args.max_updates,
+                    eval_every=args.eval_every,
                     seed=args.seed,
                     progress=show,
                 )
                 result.settings["overrides"] = args.set
-                key = (rung, learner, args.seed)
-                rows = [r for r in rows if (r["rung"], r["learner"], r["seed"]) != key]
+                result.settings["variant"] = args.variant or learner
+                # Read again: another climb running beside this one may have written since.
+                rows = json.loads(args.out.read_text())["results"] if args.out.exists() else []
+                key = (rung, result.settings["variant"], args.seed)
+                rows = [r for r in rows if row_key(r) != key]
                 rows.append(result.to_dict())
                 save(rows, args.out)
                 print(ladder_table([result]), flush=True)

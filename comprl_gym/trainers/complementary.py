@@ -177,11 +177,15 @@ class ComplementaryRLTrainer(Trainer):
     def advantages(self, episodes: list[Trajectory], rewards: list[float]) -> list[float]:
         """``r - mean`` within each (task group, half) cell (reference ``reward_normalization:
         {grouping: traj_group_id_w_or_wo_memory, method: mean}``); ``scale_advantages``
-        divides by the cell's std. Without experience the cell is the group (plain GRPO)."""
+        divides by the cell's std; ``positive_advantages_only`` sets the negative ones to 0.
+        Without experience the cell is the group (plain GRPO)."""
         groups = [e.group for e in episodes]
         halves = [e.with_experience for e in episodes] if self.uses_experience else None
         scale = self.config.scale_advantages
-        return [float(a) for a in grouped_advantages(rewards, groups, halves, scale=scale)]
+        advantages = [float(a) for a in grouped_advantages(rewards, groups, halves, scale=scale)]
+        if self.config.positive_advantages_only:
+            return [max(0.0, a) for a in advantages]
+        return advantages
 
     # ------------------------------------------------------------------ step 5: actor update
     def actor_loss(self) -> Loss:

@@ -489,6 +489,12 @@ class TrainConfig:
     #: Divide advantages by the (group, half) std. False (default): ``r - mean`` only, the
     #: reference's ``reward_normalization.method: mean`` (``agentic/utils.py::grouped_reward_norm``).
     scale_advantages: bool = False
+    #: Set the actor's negative advantages to 0 (default False: the reference's signed
+    #: advantages). Only the episodes that beat their cell's mean are pushed, up: rejection-
+    #: sampling fine-tuning, the actor's side of ``experience.extractor_positive_only``. A push
+    #: away from a losing action keeps its full size after the actor avoids it, and with the
+    #: loss over the whole vocabulary it moves probability onto tokens no action starts with.
+    positive_advantages_only: bool = False
     #: The actor model.
     actor: ModelSettings = field(default_factory=ModelSettings)
     #: The extractor model (separate weights).
