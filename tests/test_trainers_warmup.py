@@ -21,8 +21,9 @@ from comprl_gym.envs.memory.lessons import reading_examples as memory_examples  
 from comprl_gym.trainers import TrainConfig, make_trainer  # noqa: E402
 from comprl_gym.trainers.config import LoraSettings, ModelSettings, WarmupConfig  # noqa: E402
 from comprl_gym.trainers.losses import CrossEntropy  # noqa: E402
-from comprl_gym.trainers.policy import PolicyOptimizer  # noqa: E402
+from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample  # noqa: E402
 from comprl_gym.trainers.warmup import (  # noqa: E402
+    draw_batch,
     reading_examples,
     reading_samples,
     run_warmup,
@@ -216,6 +217,38 @@ def test_trainer_refuses_a_warmup_it_cannot_run_before_loading_models(
     monkeypatch.setattr(PolicyOptimizer, "from_settings", no_model)
     with pytest.raises(ConfigurationError, match=message):
         make_trainer(_config(tmp_path, **overrides))
+
+
+# ---------------------------------------------------------------- drawing a step's batch
+def _meta_samples(examples):
+    """Token-free samples carrying the meta the warm-up gives its samples."""
+    return [
+        TrainSample([1, 2], [0, 1], 1.0, meta={"env_id": "e", "task_id": e.task_id,
+                                               "format": e.format, "answer": e.answer})
+        for e in examples
+    ]  # fmt: skip
+
+
+def test_twins_draw_each_task_lesson_with_its_inversion_and_off_is_the_old_draw():
+    """Landmark rule examples, both sides: with twins a batch of 8 is 4 dungeons, each with the
+    rule (the landmark's side) and its inversion (the other side); without, it is
+    ``random.Random.sample`` as before (an old run's batches are unchanged)."""
+    examples = memory_examples("train", ["rule", "none"], "both", {"variant": "landmark"})
+    samples = _meta_samples(examples)
+    rng = random.Random(0)
+    for _ in range(20):
+        batch = draw_batch(samples, 8, rng, twins=True)
+        assert len(batch) == 8
+        groups = {}
+        for s in batch:
+            groups.setdefault((s.meta["task_id"], s.meta["format"]), []).append(s)
+        assert len(groups) == 4
+        for (task_id, _), pair in groups.items():
+            assert sorted(s.meta["answer"] for s in pair) == ["east", "west"], task_id
+    assert draw_batch(samples, 8, random.Random(3)) == random.Random(3).sample(samples, 8)
+    # One example per group (sides: true): the batch fills with eight tasks.
+    single = _meta_samples(memory_examples("train", ["rule"], "true", {"variant": "landmark"}))
+    assert len({s.meta["task_id"] for s in draw_batch(single, 8, rng, twins=True)}) == 8
 
 
 # ---------------------------------------------------------------- the batched step

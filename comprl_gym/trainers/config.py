@@ -358,6 +358,11 @@ class WarmupConfig:
     batch_size: int = 8
     #: The task split the examples come from (the held-out splits are never shown).
     split: str = "train"
+    #: Draw a task's examples of one format together (with ``sides: both``, a lesson and its
+    #: inversion; a blind prompt's two labels), whole groups until ``batch_size`` is full, so
+    #: that what the task's prompt pushes one way in one example it pushes back in its twin and
+    #: a step's gradient is what the lesson changes. Off: examples drawn one by one.
+    twins: bool = False
 
     def __post_init__(self) -> None:
         if self.steps < 0:

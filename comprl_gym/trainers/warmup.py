@@ -10,7 +10,8 @@ really sees at step 0 (the env reset with the example's options, the trainer's p
 settings, the lessons in the system message, the reply's prefill), followed by the answer's
 number and the end-of-reply token, the two labelled tokens.
 
-Each step draws ``warmup.batch_size`` examples (``random.Random(seed).sample``) and takes one
+Each step draws ``warmup.batch_size`` examples (``random.Random(seed).sample``, or whole groups
+of one task's examples with ``warmup.twins``: :func:`draw_batch`) and takes one
 :class:`~comprl_gym.trainers.policy.PolicyOptimizer` step of
 :class:`~comprl_gym.trainers.losses.CrossEntropy` on them: padded micro-batches, one forward
 pass each, the LM head run on the labelled positions only. The warm-up's optimiser is a fresh
@@ -182,6 +183,36 @@ def reading_samples(
     return samples
 
 
+def draw_batch(
+    samples: list[TrainSample], batch_size: int, rng: random.Random, twins: bool = False
+) -> list[TrainSample]:
+    """One warm-up step's samples: ``batch_size`` drawn without replacement
+    (``rng.sample``), or with ``twins`` whole groups of one task's examples in one format
+    (their ``meta``'s env id, task id and format), taken in ``rng``'s shuffled order while they
+    fit, until the batch is full (``warmup.twins``).
+
+    Example:
+        >>> samples = [TrainSample([1, 2], [0, 1], 1.0, meta={"env_id": "e", "task_id": t,
+        ...     "format": "rule"}) for t in "aabbcc"]
+        >>> batch = draw_batch(samples, 4, random.Random(0), twins=True)
+        >>> sorted(s.meta["task_id"] for s in batch) in (list("aabb"), list("aacc"), list("bbcc"))
+        True
+    """
+    if not twins:
+        return rng.sample(samples, batch_size)
+    groups: dict[tuple[str, str, str], list[TrainSample]] = {}
+    for sample in samples:
+        key = (sample.meta["env_id"], sample.meta["task_id"], sample.meta["format"])
+        groups.setdefault(key, []).append(sample)
+    batch: list[TrainSample] = []
+    for group in rng.sample(list(groups.values()), len(groups)):
+        if len(batch) + len(group) <= batch_size:
+            batch += group
+        if len(batch) == batch_size:
+            break
+    return batch
+
+
 def warmup_optimizer(actor: PolicyOptimizer, lr: float) -> PolicyOptimizer:
     """A :class:`PolicyOptimizer` of cross-entropy over ``actor``'s own model (the same weights)
     with a fresh AdamW at ``lr``; the actor's optimiser and its state are not touched."""
@@ -212,7 +243,7 @@ def run_warmup(trainer: Any) -> dict[str, Any]:
     by_format: dict[str, list[float | None]] = {name: [] for name in formats}
     bar = tqdm(range(warmup.steps), desc="reading warm-up", disable=not cfg.progress)
     for step in bar:
-        batch = rng.sample(samples, warmup.batch_size)
+        batch = draw_batch(samples, warmup.batch_size, rng, warmup.twins)
         stats = optimizer.update(batch)
         record: dict[str, Any] = {
             "warmup/step": step + 1,
@@ -239,6 +270,7 @@ def run_warmup(trainer: Any) -> dict[str, Any]:
         "sides": warmup.sides,
         "lr": warmup.lr,
         "batch_size": warmup.batch_size,
+        "twins": warmup.twins,
         "split": warmup.split,
         "examples": len(samples),
         "losses": losses,
@@ -283,6 +315,7 @@ __all__ = [
     "READER_FILE",
     "WARMUP_DIR",
     "check_warmup",
+    "draw_batch",
     "reading_examples",
     "reading_samples",
     "run_warmup",
