@@ -3,6 +3,8 @@ both learners on the tiny model within a budget (the library's own extractor pat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from comprl_gym.lessons.probe import load_probe_episodes
@@ -64,7 +66,7 @@ def test_the_actors_constant_rung_is_climbed_under_supervision_on_the_tiny_model
     from comprl_gym.trainers.ladder import climb_actor
 
     config = TrainConfig.from_yaml(
-        "configs/actor-ladder.yaml",
+        Path(__file__).parents[1] / "configs" / "actor-ladder.yaml",
         ["actor.model=tiny", "actor.lora.top_layers=1", "torch_threads=1"],
     )
     result = climb_actor(

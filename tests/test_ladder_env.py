@@ -63,6 +63,12 @@ def test_two_step_rewards_only_the_end():
     assert (reward, terminated) == (0.0, False) and "second fork" in obs
     obs, reward, terminated, _, info = env.step(read_answer("two_step", obs))
     assert (reward, terminated, info["won"]) == (1.0, True, True)
+    # A wrong second choice loses, after a right first one.
+    obs, _ = env.reset(seed=3)
+    obs, *_ = env.step(read_answer("two_step", obs))
+    wrong = {"east": "west", "west": "east"}[read_answer("two_step", obs)]
+    _, reward, terminated, _, info = env.step(wrong)
+    assert (reward, terminated, info["won"]) == (0.0, True, False)
 
 
 def test_bad_actions_and_tasks_are_refused_clearly():

@@ -62,7 +62,9 @@ def plot(results: list[RungResult], path: Path) -> None:
         axes[0][column].set_ylabel("won greedily, 32 held-out tasks")
         axes[1][column].set_ylabel("first choice's entropy (nats)")
         axes[1][column].set_xlabel("updates")
-    axes[0][-1].legend(fontsize=7)
+    # The legend where most lines are: the colours are the same in every panel.
+    busiest = max(range(len(rungs)), key=lambda c: sum(r.rung == rungs[c] for r in results))
+    axes[0][busiest].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

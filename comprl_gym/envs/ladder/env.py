@@ -80,7 +80,7 @@ class LadderEnv(TextEnv):
     Args:
         rung: one of :data:`RUNGS`.
         split: ``"train"`` (160 halls) or ``"test"`` (32 held-out halls).
-        max_steps: step limit (default: one step per fork).
+        max_steps: step limit (default: one step per fork and one spare).
 
     ``reset(seed=s)`` plays hall ``s mod len(split)``; ``reset(options={"task_id": n})`` plays
     position ``n`` of the split (an int) or a task id. ``info["right_branches"]`` names the
@@ -95,7 +95,8 @@ class LadderEnv(TextEnv):
         if split not in SPLITS:
             raise ConfigurationError(f"split must be one of {tuple(SPLITS)}, got {split!r}")
         forks = 2 if rung == "two_step" else 1
-        super().__init__(max_steps=max_steps or forks)
+        # One spare step: a malformed action costs a step and is not the end of the episode.
+        super().__init__(max_steps=max_steps or forks + 1)
         self.rung, self.split = rung, split
         self.answers: list[str] = []
         self.fork = 0
