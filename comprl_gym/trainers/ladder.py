@@ -272,18 +272,30 @@ def climb(
                     stats = _supervised_step(optimizer, backend, extractor.format, rung, batch)
                 if update % eval_every == 0 or update == max_updates:
                     point = evaluate(backend, extractor.format, rung, held_out, update)
-                    point.update_entropy = stats.get("entropy")
-                    point.reward_mean = stats.get("reward_mean")
-                    result.curve.append(point)
-                    result.time_s = time.perf_counter() - start
-                    if progress is not None:
-                        progress(result)
-                    if stop_when_solved and point.greedy_right == point.episodes:
+                    if _record(result, point, stats, start, progress) and stop_when_solved:
                         break
         finally:
             manager.close()
     result.time_s = time.perf_counter() - start
     return result
+
+
+def _record(
+    result: RungResult,
+    point: LadderPoint,
+    stats: dict[str, Any],
+    start: float,
+    progress: Callable[[RungResult], None] | None,
+) -> bool:
+    """Add an evaluation to ``result`` with the last update's entropy and mean reward (from
+    its ``stats``), report it, and say whether it solved the rung."""
+    point.update_entropy = stats.get("entropy")
+    point.reward_mean = stats.get("reward_mean")
+    result.curve.append(point)
+    result.time_s = time.perf_counter() - start
+    if progress is not None:
+        progress(result)
+    return point.greedy_right == point.episodes
 
 
 def _reinforced_step(
@@ -473,13 +485,7 @@ def climb_actor(
                     trainer.actor.model.eval()
                 if update % eval_every == 0 or update == max_updates:
                     point = evaluate_actor(trainer, update, eval_tasks)
-                    point.update_entropy = stats.get("entropy")
-                    point.reward_mean = stats.get("reward_mean")
-                    result.curve.append(point)
-                    result.time_s = time.perf_counter() - start
-                    if progress is not None:
-                        progress(result)
-                    if stop_when_solved and point.greedy_right == point.episodes:
+                    if _record(result, point, stats, start, progress) and stop_when_solved:
                         break
         finally:
             trainer.close()
