@@ -411,3 +411,21 @@ def test_train_warms_up_once_and_a_later_run_starts_from_the_reader(tmp_path):
     assert init["path"] == str(reader)
     assert list(init["weight_files"].values()) == [record["reader_sha256"]]
     assert summary["warmup"] == {}
+
+
+def test_next_token_logits_are_each_prompts_own_forward_pass():
+    """Batched and right-padded, each row equals an unpadded forward pass of its prompt alone."""
+    import torch
+
+    from comprl_gym.trainers.config import ModelSettings
+    from comprl_gym.trainers.policy import PolicyOptimizer
+    from comprl_gym.trainers.warmup import next_token_logits
+
+    model = PolicyOptimizer.from_settings(ModelSettings(model="tiny"), "actor").model
+    prompts = [[5, 6, 7, 8, 9], [11, 12], [13, 14, 15]]
+    rows = next_token_logits(model, prompts, batch_size=2)
+    assert rows.shape[0] == 3
+    with torch.no_grad():
+        for row, ids in zip(rows, prompts):
+            alone = model(torch.tensor([ids])).logits[0, -1]
+            assert torch.allclose(row, alone, atol=1e-5)

@@ -39,6 +39,7 @@ from comprl_gym.trainers.config import TrainConfig, apply_overrides  # noqa: E40
 from comprl_gym.trainers.policy import PolicyOptimizer  # noqa: E402
 from comprl_gym.trainers.warmup import (  # noqa: E402
     draw_batch,
+    next_token_logits,
     reading_examples,
     reading_samples,
     warmup_optimizer,
@@ -91,28 +92,18 @@ def first_moves(
     tokenizer = actor.tokenizer
     [one], [two] = (tokenizer(n, add_special_tokens=False)["input_ids"] for n in "12")
     number = {one: "east", two: "west"}
-    was_training = actor.model.training
-    actor.model.eval()
     result = {}
-    with torch.no_grad():
-        for arm in arms:
-            items = held[arm]
-            counts = {"landmark_side": 0, "other_side": 0, "other": 0}
-            east = 0
-            for start in range(0, len(items), 8):
-                chunk = items[start : start + 8]
-                width = max(len(ids) for ids, _ in chunk)
-                # Right-padded: each prompt's last real position is read, before any padding.
-                ids = torch.tensor([i + [0] * (width - len(i)) for i, _ in chunk])
-                mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in chunk])
-                logits = actor.model(input_ids=ids, attention_mask=mask).logits
-                for row, (prompt_ids, side) in enumerate(chunk):
-                    move = number.get(int(logits[row, len(prompt_ids) - 1].argmax()))
-                    key = "landmark_side" if move == side else "other_side" if move else "other"
-                    counts[key] += 1
-                    east += move == "east"
-            result[arm] = {**counts, "east": east, "dungeons": len(items)}
-    actor.model.train(was_training)
+    for arm in arms:
+        items = held[arm]
+        counts = {"landmark_side": 0, "other_side": 0, "other": 0}
+        east = 0
+        logits = next_token_logits(actor.model, [ids for ids, _ in items])
+        for row, (_, side) in zip(logits, items):
+            move = number.get(int(row.argmax()))
+            key = "landmark_side" if move == side else "other_side" if move else "other"
+            counts[key] += 1
+            east += move == "east"
+        result[arm] = {**counts, "east": east, "dungeons": len(items)}
     return result
 
 

@@ -346,33 +346,30 @@ def actor_rungs() -> tuple[str, ...]:
     return RUNGS
 
 
+def _answer_labels(config: Any, split: str) -> Any:
+    """``config`` with the ladder family's reading examples of ``split`` (format ``answer``:
+    each task labelled with its first right branch)."""
+    warmup = dataclasses.replace(config.warmup, formats=["answer"], sides="true", split=split)
+    return dataclasses.replace(config, warmup=warmup)
+
+
 def actor_choice_scores(trainer: Any, split: str = "test") -> list[tuple[str, dict[str, float]]]:
     """Per task of ``split``, its first right branch and the actor's probability of each
     branch at its first reply (the action's number token after the prompt's prefill, at
     temperature 1 restricted to the two branches): no draw, the actor's own choice."""
     from comprl_gym.envs.ladder.env import SIDES
-    from comprl_gym.trainers.warmup import reading_examples, reading_samples
+    from comprl_gym.trainers.warmup import next_token_logits, reading_examples, reading_samples
 
-    config = dataclasses.replace(
-        trainer.config,
-        warmup=dataclasses.replace(
-            trainer.config.warmup, formats=["answer"], sides="true", split=split
-        ),
-    )
+    config = _answer_labels(trainer.config, split)
     examples = reading_examples(config)
     tokenizer = trainer.actor.tokenizer
     samples = reading_samples(config, examples, tokenizer, trainer.agent(0).config.prompt)
     # The admissible actions are listed in SIDES' order, numbered from 1.
     numbers = [tokenizer(str(i + 1), add_special_tokens=False)["input_ids"][0] for i in range(2)]
-    model = trainer.actor.model
-    out = []
-    with torch.no_grad():
-        for (_, example), sample in zip(examples, samples):
-            prompt = sample.input_ids[: sample.action_mask.index(1)]
-            logits = model(torch.tensor([prompt])).logits[0, -1, numbers].double()
-            probs = torch.softmax(logits, -1).tolist()
-            out.append((example.answer, dict(zip(SIDES, probs))))
-    return out
+    prompts = [sample.input_ids[: sample.action_mask.index(1)] for sample in samples]
+    logits = next_token_logits(trainer.actor.model, prompts)[:, numbers].double()
+    probs = torch.softmax(logits, -1).tolist()
+    return [(example.answer, dict(zip(SIDES, p))) for (_, example), p in zip(examples, probs)]
 
 
 def evaluate_actor(trainer: Any, updates: int, tasks: int = 32) -> LadderPoint:
@@ -462,10 +459,7 @@ def climb_actor(
         try:
             result.curve.append(evaluate_actor(trainer, 0, eval_tasks))
             if learner == "supervised":
-                warm = dataclasses.replace(
-                    config,
-                    warmup=dataclasses.replace(config.warmup, formats=["answer"], sides="true"),
-                )
+                warm = _answer_labels(config, "train")
                 samples = reading_samples(
                     warm, reading_examples(warm), trainer.actor.tokenizer,
                     trainer.agent(0).config.prompt,

@@ -213,6 +213,29 @@ def draw_batch(
     return batch
 
 
+def next_token_logits(model: Any, prompts: list[list[int]], batch_size: int = 8) -> Any:
+    """The model's next-token logits after each prompt (token ids; e.g. a reading sample's
+    ids up to its first labelled token, where the actor answers), ``[len(prompts), vocab]``,
+    in right-padded batches with no gradient: how the actor's first choice is read without a
+    draw."""
+    import torch
+
+    rows = []
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            width = max(len(ids) for ids in chunk)
+            ids = torch.tensor([i + [0] * (width - len(i)) for i in chunk])
+            mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in chunk])
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            # Right-padded: each prompt's last real position, before any padding.
+            rows += [logits[row, len(i) - 1] for row, i in enumerate(chunk)]
+    model.train(was_training)
+    return torch.stack(rows)
+
+
 def warmup_optimizer(actor: PolicyOptimizer, lr: float) -> PolicyOptimizer:
     """A :class:`PolicyOptimizer` of cross-entropy over ``actor``'s own model (the same weights)
     with a fresh AdamW at ``lr``; the actor's optimiser and its state are not touched."""
