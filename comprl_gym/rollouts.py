@@ -85,6 +85,9 @@ class Turn:
     env_time_s: float = 0.0
     #: The multi-turn context segment of this turn's prompt (``None``: a stand-alone prompt).
     segment: int | None = None
+    #: The only tokens the reply could be sampled from (an agent's ``choose_listed``: the
+    #: listed actions' numbers); ``None``: any token.
+    allowed_token_ids: list[int] | None = None
 
     def loss_mask(self) -> list[int]:
         """1 for each token the model produced, 0 for the prompt (env text is never trained)."""
@@ -98,12 +101,14 @@ class Turn:
 class TrainingSequence:
     """One sequence to train on: token ids, a loss mask that is 1 exactly on the tokens the
     model sampled, and the sampler's log-probs aligned with the ids (0.0 under mask 0;
-    ``None`` when the sampler gave none)."""
+    ``None`` when the sampler gave none), and the tokens its replies were restricted to
+    (``None``: any; turns restricted to different sets give their union)."""
 
     input_ids: list[int]
     loss_mask: list[int]
     logprobs: list[float] | None
     turns: int
+    allowed_token_ids: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -283,7 +288,11 @@ class Trajectory:
             else:
                 logprobs = None
             previous_end = end
-        return TrainingSequence(ids, mask, logprobs, len(run))
+        restricted = [t.allowed_token_ids for t in run if t.completion_token_ids]
+        allowed = None
+        if restricted and all(r is not None for r in restricted):
+            allowed = tuple(sorted({t for r in restricted for t in r or ()}))
+        return TrainingSequence(ids, mask, logprobs, len(run), allowed)
 
 
 def append_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> None:
@@ -658,6 +667,8 @@ class RolloutWorker:
                 else None
             )
             turn.segment = getattr(decision, "segment", None)
+            allowed = generation.extra.get("allowed_token_ids")
+            turn.allowed_token_ids = None if allowed is None else list(allowed)
             traj.prompt_tokens += generation.num_prompt_tokens or _estimate(decision, "prompt")
             traj.completion_tokens += generation.num_completion_tokens or _estimate(
                 decision, "completion"

@@ -190,6 +190,49 @@ def test_many_episodes_share_one_generation_call_and_garbage_gives_format_errors
         assert "FORMAT ERROR" in agent.messages_for(state, "o", {})[1]["content"]
 
 
+@pytest.mark.parametrize("conversation", ["windowed", "multi_turn"])
+def test_choose_listed_replies_with_one_listed_number_and_says_which_it_chose_among(conversation):
+    """choose_listed: each reply is one token, the number of a listed action, drawn among the
+    listed numbers only (at temperature 5 the tiny random model draws both), and the turn
+    records those tokens so that a trainer scores over exactly them."""
+    backend = shared_backend("hf:tiny")
+    numbers = [backend.tokenizer(n, add_special_tokens=False)["input_ids"][0] for n in "12"]
+    agent = LLMAgent(
+        backend,
+        LLMAgentConfig(
+            temperature=5.0, max_tokens=8, seed=0, choose_listed=True,
+            prompt=PromptConfig(conversation=conversation),
+        ),
+    )  # fmt: skip
+    envs = [gym.make("comprl/Ladder-v0", rung="two_step") for _ in range(8)]
+    trajs = collect_rollouts(envs, agent, seeds=list(range(8)))
+    turns = [turn for traj in trajs for turn in traj.turns]
+    assert all(len(t.completion_token_ids) == 1 for t in turns)
+    assert {t.completion_token_ids[0] for t in turns} == set(numbers)
+    assert all(t.allowed_token_ids == numbers and not t.format_error for t in turns)
+    assert {t.action for t in turns} == {"east", "west"}
+    for traj in trajs:
+        for sequence in traj.training_sequences():
+            assert sequence.allowed_token_ids == tuple(sorted(numbers))
+    for env in envs:
+        env.close()
+
+
+def test_choose_listed_refuses_what_it_cannot_choose_among():
+    backend = shared_backend("hf:tiny")
+    tag = LLMAgent(
+        backend, LLMAgentConfig(choose_listed=True, prompt=PromptConfig(answer_style="tag"))
+    )
+    info = {"task": "t", "env_family": "ladder", "admissible_actions": ["east", "west"]}
+    with pytest.raises(ConfigurationError, match="choose_listed needs a numbered list"):
+        tag.act_batch([tag.start_episode("t", info)], ["o"], [info])
+    many = LLMAgent(backend, LLMAgentConfig(choose_listed=True))
+    info = {**info, "admissible_actions": [f"go to drawer {i}" for i in range(12)]}
+    with pytest.raises(ConfigurationError, match="at most 9 listed actions, the env listed 12"):
+        many.act_batch([many.start_episode("t", info)], ["o"], [info])
+    assert make_agent("hf:tiny?choose=1", None).config.choose_listed
+
+
 FAMILY_IDS = [
     "comprl/MiniHack-Room-5x5-v0",
     "comprl/ALFWorld-v0",

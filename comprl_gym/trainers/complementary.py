@@ -223,6 +223,8 @@ class ComplementaryRLTrainer(Trainer):
                         old_logprobs=sequence.logprobs if cfg.old_logprobs == "sampler" else None,
                         weight=weight,
                         meta={"env_id": episode.env_id, "group": episode.group},
+                        temperature=cfg.actor.temperature,
+                        allowed_token_ids=sequence.allowed_token_ids,
                     )
                 )
         return samples

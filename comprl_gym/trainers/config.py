@@ -500,6 +500,14 @@ class TrainConfig:
     #: away from a losing action keeps its full size after the actor avoids it, and with the
     #: loss over the whole vocabulary it moves probability onto tokens no action starts with.
     positive_advantages_only: bool = False
+    #: The actor's reply is one token, a listed action's number, sampled at the actor's
+    #: temperature among the numbers 1..n of the n listed actions (at most 9; an env that
+    #: lists more fails, naming this setting). Off (default): a free reply, the reference's.
+    #: With ``actor.score: choices`` the loss scores the actor's own choice over those numbers
+    #: at temperature 1 while a hotter sampler explores (``sampled``: at the sampler's
+    #: temperature): the actor's side of the stem extractor's choice
+    #: (``LLMAgentConfig.choose_listed``). Evaluation episodes choose the same way, greedily.
+    choose_listed_action: bool = False
     #: The actor model.
     actor: ModelSettings = field(default_factory=ModelSettings)
     #: The extractor model (separate weights).

@@ -146,6 +146,7 @@ class Playing:
                 temperature=settings.temperature if temperature is None else temperature,
                 max_tokens=settings.max_new_tokens,
                 seed=seed,
+                choose_listed=self.config.choose_listed_action,
                 prompt=PromptConfig(
                     conversation=self.config.conversation,
                     max_context_tokens=self.config.max_context_tokens,
