@@ -12,6 +12,7 @@ P(right) of the first choice and its entropy. Each climb is added to
     python -m benchmarks.ladder.actor --rungs lesson --learners rl --seed 1
     python -m benchmarks.ladder.actor --rungs lesson --learners rl \
         --set positive_advantages_only=true --variant rl-positive
+    python -m benchmarks.ladder.actor --learners rl --variant rl-choices-t10-positive
 """
 
 from __future__ import annotations
@@ -29,6 +30,30 @@ from comprl_gym.utils import atomic_write_json
 CONFIG = REPO / "configs" / "actor-ladder.yaml"
 RESULT = RESULTS / "actor_ladder.json"
 LEARNERS = ("supervised", "rl")
+#: Named RL variants: their config overrides (``--variant NAME`` applies them before ``--set``).
+VARIANTS = {
+    # The actor's side of the extractor's passing learner: the reply is one of the two
+    # numbers (choose_listed_action), drawn near-uniformly (temperature 10) so both sides keep
+    # being tried; the loss scores the actor's own choice between them (temperature 1) and
+    # pushes only the episodes that beat their task's mean; 4 tasks x 4 episodes, lr 2e-3.
+    "rl-choices-t10-positive": [
+        "choose_listed_action=true",
+        "actor.score=choices",
+        "actor.temperature=10",
+        "positive_advantages_only=true",
+        "actor.lr=2e-3",
+        "groups_per_iteration=4",
+        "group_size=4",
+    ],
+}
+# Ablations of it, one part each: signed advantages; the sampler at the model's own
+# temperature (1), so the side it prefers is drawn most.
+VARIANTS["rl-choices-t10"] = [
+    o for o in VARIANTS["rl-choices-t10-positive"] if not o.startswith("positive")
+]
+VARIANTS["rl-choices-t1-positive"] = [
+    o.replace("temperature=10", "temperature=1") for o in VARIANTS["rl-choices-t10-positive"]
+]
 
 
 def ordered(results: list[RungResult]) -> list[RungResult]:
@@ -98,14 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
     parser.add_argument(
-        "--variant", default="", help="the name the overrides' rows go by (default: the learner)"
+        "--variant",
+        default="",
+        help=f"the name the rows go by (default: the learner); {sorted(VARIANTS)} also "
+        "apply their overrides",
     )
     parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--replot", action="store_true", help="only redraw the plot and table")
     args = parser.parse_args(argv)
     rows = json.loads(args.out.read_text())["results"] if args.out.exists() else []
     if not args.replot:
-        config = TrainConfig.from_yaml(CONFIG, args.set)
+        overrides = [*VARIANTS.get(args.variant, []), *args.set]
+        config = TrainConfig.from_yaml(CONFIG, overrides)
         for rung in args.rungs.split(","):
             for learner in args.learners.split(","):
                 start = time.perf_counter()
@@ -130,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     seed=args.seed,
                     progress=show,
                 )
-                result.settings["overrides"] = args.set
+                result.settings["overrides"] = overrides
                 result.settings["variant"] = args.variant or learner
                 # Read again: another climb running beside this one may have written since.
                 rows = json.loads(args.out.read_text())["results"] if args.out.exists() else []
