@@ -107,3 +107,40 @@ def test_the_actors_constant_rung_is_climbed_by_rl_choosing_among_the_listed_num
     # The loss scored the two numbers only: its entropy is within ln 2 (over the tiny model's
     # whole vocabulary it is several nats).
     assert 0 < last.update_entropy <= math.log(2) + 1e-6
+
+
+def test_the_every_fork_control_labels_each_fork_in_the_actors_own_conversation():
+    """two_step's supervised control: each training hall played through the actor's
+    multi-turn conversation with every reply forced to the right branch; the sample trains
+    exactly the two replies, each the number of that fork's right branch (east is listed
+    first), and the second prompt holds the env's answer to the first."""
+    import dataclasses
+    import tempfile
+
+    from comprl_gym.envs.ladder.env import right_branches
+    from comprl_gym.trainers import make_trainer
+    from comprl_gym.trainers.config import TrainConfig
+    from comprl_gym.trainers.ladder import every_fork_samples
+
+    config = TrainConfig.from_yaml(
+        Path(__file__).parents[1] / "configs" / "actor-ladder.yaml",
+        ["actor.model=tiny", "actor.lora.top_layers=1", "torch_threads=1",
+         "env_kwargs.comprl/Ladder-v0.rung=two_step"],
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        trainer = make_trainer(dataclasses.replace(config, output_dir=folder, progress=False))
+        try:
+            samples = every_fork_samples(trainer)
+            tokenizer = trainer.actor.tokenizer
+        finally:
+            trainer.close()
+    assert len(samples) == 160
+    for position in (0, 1, 77, 159):
+        sample = samples[position]
+        assert sample.meta["task"] == f"ladder/two_step/train/{position}"
+        trained = [t for t, m in zip(sample.input_ids, sample.action_mask) if m]
+        numbers = {"east": "1", "west": "2"}
+        assert tokenizer.decode(trained) == "".join(
+            numbers[side] for side in right_branches("two_step", "train", position)
+        )
+        assert "to a second fork" in tokenizer.decode(sample.input_ids)

@@ -53,7 +53,7 @@ from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
 from comprl_gym.trainers.losses import CISPO, CrossEntropy
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
-Learner = Literal["rl", "supervised"]
+Learner = Literal["rl", "supervised", "supervised_every_fork"]
 
 
 def stairs_side(episode: Trajectory) -> str:
@@ -372,6 +372,61 @@ def actor_choice_scores(trainer: Any, split: str = "test") -> list[tuple[str, di
     return [(example.answer, dict(zip(SIDES, p))) for (_, example), p in zip(examples, probs)]
 
 
+def every_fork_samples(trainer: Any, split: str = "train") -> list[TrainSample]:
+    """Each task of ``split`` played through the actor's own conversation (its prompts, its
+    multi-turn token ids) with every reply forced to the right branch's number (the env's
+    ``right_branches``, privileged): one cross-entropy sample per task, its mask on every
+    fork's reply. The supervised control of a rung with more than one fork (``two_step``),
+    whose second prompt exists only after the first reply."""
+    from comprl_gym.agents.llm_agent import LLMAgent
+    from comprl_gym.agents.prompts import listed_actions
+    from comprl_gym.env_factory import EnvSpec, make_env
+    from comprl_gym.envs.ladder.env import SPLITS
+    from comprl_gym.rollouts import collect_rollouts
+
+    class RightBranchAgent(LLMAgent):
+        def act_batch(self, states: list[Any], observations: list[str], infos: list[Any]):
+            infos = [
+                {**info, "right_branch": rights[id(state)][state.steps]}
+                for state, info in zip(states, infos)
+            ]
+            return super().act_batch(states, observations, infos)
+
+        def start_episode(self, task: str, info: dict[str, Any], seed: int | None = None):
+            state = super().start_episode(task, info, seed)
+            rights[id(state)] = list(info["right_branches"])
+            return state
+
+        def _listed_numbers(self, info: dict[str, Any]) -> tuple[int, ...] | None:
+            numbers = super()._listed_numbers(info)
+            assert numbers is not None
+            listed = listed_actions(info["admissible_actions"], self.config.prompt)
+            return (numbers[listed.index(info["right_branch"])],)
+
+    rights: dict[int, list[str]] = {}
+    actor = trainer.agent(0, temperature=0.0).config
+    agent = RightBranchAgent(trainer.actor_backend, dataclasses.replace(actor, choose_listed=True))
+    cfg = trainer.config
+    kwargs = {"max_steps": cfg.max_episode_steps, **cfg.env_kwargs[ACTOR_ENV], "split": split}
+    envs = [make_env(EnvSpec.of(ACTOR_ENV, kwargs)) for _ in range(32)]
+    try:
+        episodes = collect_rollouts(envs, agent, seeds=list(range(len(SPLITS[split]))))
+    finally:
+        for env in envs:
+            env.close()
+    samples = []
+    for episode in episodes:
+        if not episode.won:
+            raise ConfigurationError(f"{episode.task_id}: the forced right branches lost")
+        for sequence in episode.training_sequences():
+            samples.append(
+                TrainSample(
+                    sequence.input_ids, sequence.loss_mask, 1.0, meta={"task": episode.task_id}
+                )
+            )
+    return samples
+
+
 def evaluate_actor(trainer: Any, updates: int, tasks: int = 32) -> LadderPoint:
     """The actor's :class:`LadderPoint` after ``updates`` updates: ``tasks`` held-out tasks
     played greedily to the end by the trainer's own agent (greedy right = episodes won, by
@@ -430,13 +485,17 @@ def climb_actor(
     tasks, the env's perfect reward, grouped advantages, the actor's update). ``supervised``
     is the reading warm-up's step (:func:`~comprl_gym.trainers.warmup.reading_samples`, a
     fresh AdamW at ``supervised_lr``): cross-entropy on the first right branch of
-    ``batch_size`` training tasks, the same prompts and LoRA.
+    ``batch_size`` training tasks, the same prompts and LoRA. ``supervised_every_fork`` is
+    the same step on :func:`every_fork_samples`: every fork's right branch, each in the
+    conversation the actor would be in after the right replies before it.
     """
     from comprl_gym.trainers import make_trainer
     from comprl_gym.trainers.warmup import reading_examples, reading_samples, warmup_optimizer
 
-    if learner not in ("rl", "supervised"):
-        raise ConfigurationError(f"learner must be 'rl' or 'supervised', got {learner!r}")
+    if learner not in ("rl", "supervised", "supervised_every_fork"):
+        raise ConfigurationError(
+            f"learner must be 'rl', 'supervised' or 'supervised_every_fork', got {learner!r}"
+        )
     if rung not in actor_rungs():
         raise ConfigurationError(f"rung must be one of {actor_rungs()}, got {rung!r}")
     start = time.perf_counter()
@@ -453,7 +512,7 @@ def climb_actor(
         )
         trainer = make_trainer(config)
         settings = {**dataclasses.asdict(config.actor), "algorithm": config.algorithm}
-        if learner == "supervised":
+        if learner != "rl":
             settings["lr"] = supervised_lr
         result = RungResult(rung, learner, settings, seed=seed)
         try:
@@ -464,6 +523,9 @@ def climb_actor(
                     warm, reading_examples(warm), trainer.actor.tokenizer,
                     trainer.agent(0).config.prompt,
                 )  # fmt: skip
+            elif learner == "supervised_every_fork":
+                samples = every_fork_samples(trainer)
+            if learner != "rl":
                 optimizer = warmup_optimizer(trainer.actor, supervised_lr)
                 rng = random.Random(seed)
             for update in range(1, max_updates + 1):
