@@ -117,7 +117,12 @@ def save(rows: list[dict], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rungs", default=",".join(actor_rungs()))
-    parser.add_argument("--learners", default=",".join(LEARNERS))
+    parser.add_argument(
+        "--learners",
+        default=",".join(LEARNERS),
+        help="rl, supervised (the first reply's label) or supervised_every_fork (every "
+        "fork's, in the actor's own conversation)",
+    )
     parser.add_argument("--max-updates", type=int, default=20)
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
