@@ -113,7 +113,8 @@ def test_the_every_fork_control_labels_each_fork_in_the_actors_own_conversation(
     """two_step's supervised control: each training hall played through the actor's
     multi-turn conversation with every reply forced to the right branch; the sample trains
     exactly the two replies, each the number of that fork's right branch (east is listed
-    first), and the second prompt holds the env's answer to the first."""
+    first) and the end of the reply, and the second prompt holds the env's answer to the
+    first."""
     import dataclasses
     import tempfile
 
@@ -140,7 +141,8 @@ def test_the_every_fork_control_labels_each_fork_in_the_actors_own_conversation(
         assert sample.meta["task"] == f"ladder/two_step/train/{position}"
         trained = [t for t, m in zip(sample.input_ids, sample.action_mask) if m]
         numbers = {"east": "1", "west": "2"}
+        end = tokenizer.eos_token
         assert tokenizer.decode(trained) == "".join(
-            numbers[side] for side in right_branches("two_step", "train", position)
+            numbers[side] + end for side in right_branches("two_step", "train", position)
         )
         assert "to a second fork" in tokenizer.decode(sample.input_ids)

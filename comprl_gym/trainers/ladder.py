@@ -376,7 +376,7 @@ def every_fork_samples(trainer: Any, split: str = "train") -> list[TrainSample]:
     """Each task of ``split`` played through the actor's own conversation (its prompts, its
     multi-turn token ids) with every reply forced to the right branch's number (the env's
     ``right_branches``, privileged): one cross-entropy sample per task, its mask on every
-    fork's reply. The supervised control of a rung with more than one fork (``two_step``),
+    fork's reply and the end-of-reply token after it. The supervised control of a rung with more than one fork (``two_step``),
     whose second prompt exists only after the first reply."""
     from comprl_gym.agents.llm_agent import LLMAgent
     from comprl_gym.agents.prompts import listed_actions
@@ -414,16 +414,23 @@ def every_fork_samples(trainer: Any, split: str = "train") -> list[TrainSample]:
     finally:
         for env in envs:
             env.close()
+    # Each reply is trained with the end-of-reply token after it, as the reading warm-up's
+    # samples are: without it the control learnt the right first digit and went on writing
+    # digits ("21", an invalid action) when it played freely.
+    end = trainer.actor.tokenizer.eos_token_id
     samples = []
     for episode in episodes:
         if not episode.won:
             raise ConfigurationError(f"{episode.task_id}: the forced right branches lost")
         for sequence in episode.training_sequences():
-            samples.append(
-                TrainSample(
-                    sequence.input_ids, sequence.loss_mask, 1.0, meta={"task": episode.task_id}
-                )
-            )
+            ids, mask = list(sequence.input_ids), list(sequence.loss_mask)
+            if mask[-1]:
+                ids, mask = [*ids, end], [*mask, 0]
+            for i in [i for i, m in enumerate(mask) if m]:
+                if ids[i + 1] != end:
+                    raise ConfigurationError(f"{episode.task_id}: a reply not ended by {end}")
+                mask[i + 1] = 1
+            samples.append(TrainSample(ids, mask, 1.0, meta={"task": episode.task_id}))
     return samples
 
 
