@@ -57,9 +57,12 @@ VARIANTS["rl-choices-t1-positive"] = [
 
 
 def ordered(results: list[RungResult]) -> list[RungResult]:
-    """Easiest rung first; in a rung the supervised control first, then by seed."""
+    """Easiest rung first; in a rung the supervised controls first, then by seed."""
     rungs = list(actor_rungs())
-    return sorted(results, key=lambda r: (rungs.index(r.rung), r.learner != "supervised", r.seed))
+    return sorted(
+        results,
+        key=lambda r: (rungs.index(r.rung), not r.learner.startswith("supervised"), r.seed),
+    )
 
 
 def plot(results: list[RungResult], path: Path) -> None:
@@ -89,7 +92,10 @@ def plot(results: list[RungResult], path: Path) -> None:
         axes[1][column].set_xlabel("updates")
     # The legend where most lines are: the colours are the same in every panel.
     busiest = max(range(len(rungs)), key=lambda c: sum(r.rung == rungs[c] for r in results))
-    axes[0][busiest].legend(fontsize=7)
+    legend = {}  # every line's label once, from whichever panel draws it
+    for axis in axes[0]:
+        legend.update(zip(*reversed(axis.get_legend_handles_labels())))
+    axes[0][busiest].legend(list(legend.values()), list(legend), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
