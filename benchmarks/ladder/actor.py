@@ -30,30 +30,30 @@ from comprl_gym.utils import atomic_write_json
 CONFIG = REPO / "configs" / "actor-ladder.yaml"
 RESULT = RESULTS / "actor_ladder.json"
 LEARNERS = ("supervised", "rl")
+#: The actor's choice (one token among the listed numbers, the loss over them), lr 2e-3,
+#: 4 tasks x 4 episodes: what every choice variant below shares.
+CHOICE = [
+    "choose_listed_action=true",
+    "actor.score=choices",
+    "actor.lr=2e-3",
+    "groups_per_iteration=4",
+    "group_size=4",
+]
 #: Named RL variants: their config overrides (``--variant NAME`` applies them before ``--set``).
 VARIANTS = {
-    # The actor's side of the extractor's passing learner: the reply is one of the two
-    # numbers (choose_listed_action), drawn near-uniformly (temperature 10) so both sides keep
-    # being tried; the loss scores the actor's own choice between them (temperature 1) and
-    # pushes only the episodes that beat their task's mean; 4 tasks x 4 episodes, lr 2e-3.
+    # The actor's side of the extractor's passing learner: the choice drawn near-uniformly
+    # (temperature 10) so both sides keep being tried, and only the episodes that beat their
+    # task's mean pushed.
     "rl-choices-t10-positive": [
-        "choose_listed_action=true",
-        "actor.score=choices",
+        *CHOICE,
         "actor.temperature=10",
         "positive_advantages_only=true",
-        "actor.lr=2e-3",
-        "groups_per_iteration=4",
-        "group_size=4",
     ],
+    # Ablations of it, one part each: signed advantages; the sampler at the model's own
+    # temperature (1), so the side it prefers is drawn most.
+    "rl-choices-t10": [*CHOICE, "actor.temperature=10"],
+    "rl-choices-t1-positive": [*CHOICE, "actor.temperature=1", "positive_advantages_only=true"],
 }
-# Ablations of it, one part each: signed advantages; the sampler at the model's own
-# temperature (1), so the side it prefers is drawn most.
-VARIANTS["rl-choices-t10"] = [
-    o for o in VARIANTS["rl-choices-t10-positive"] if not o.startswith("positive")
-]
-VARIANTS["rl-choices-t1-positive"] = [
-    o.replace("temperature=10", "temperature=1") for o in VARIANTS["rl-choices-t10-positive"]
-]
 
 
 def ordered(results: list[RungResult]) -> list[RungResult]:

@@ -270,6 +270,33 @@ class LLMAgentConfig:
         )
 
 
+def listed_number_tokens(tokenizer: Any, count: int) -> tuple[int, ...]:
+    """The token of each listed action's number, 1..``count``, as the model writes it after
+    the ``Action number: `` prefill; each must be one token (so at most 9 actions).
+
+    Example:
+        >>> class Digits:
+        ...     def __call__(self, text, add_special_tokens):
+        ...         return {"input_ids": [100 + int(c) for c in text]}
+        >>> listed_number_tokens(Digits(), 3)
+        (101, 102, 103)
+        >>> listed_number_tokens(Digits(), 10)
+        Traceback (most recent call last):
+        ...
+        comprl_gym.core.ConfigurationError: choose_listed: the number 10 is 2 tokens for this model; it chooses among at most 9 listed actions, the env listed 10
+    """
+    tokens = []
+    for number in range(1, count + 1):
+        ids = tokenizer(str(number), add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ConfigurationError(
+                f"choose_listed: the number {number} is {len(ids)} tokens for this model; "
+                f"it chooses among at most 9 listed actions, the env listed {count}"
+            )
+        tokens.append(int(ids[0]))
+    return tuple(tokens)
+
+
 def experience_texts(experiences: Any) -> list[str]:
     """The lesson texts of ``info["experiences"]``: a list of strings or of dicts with ``text``.
 
@@ -572,16 +599,7 @@ class LLMAgent:
                 f"with its prefill (answer_style={prompt.answer_style!r}, "
                 f"prefill={prompt.prefill}, think={prompt.think}, {len(listed)} actions listed)"
             )
-        tokens = []
-        for number in range(1, len(listed) + 1):
-            ids = self.backend.tokenizer(str(number), add_special_tokens=False)["input_ids"]
-            if len(ids) != 1:
-                raise ConfigurationError(
-                    f"choose_listed: the number {number} is {len(ids)} tokens for this model; "
-                    f"it chooses among at most 9 listed actions, the env listed {len(listed)}"
-                )
-            tokens.append(int(ids[0]))
-        return tuple(tokens)
+        return listed_number_tokens(self.backend.tokenizer, len(listed))
 
     @staticmethod
     def _choosing(params: SamplingParams, allowed: tuple[int, ...] | None) -> SamplingParams:

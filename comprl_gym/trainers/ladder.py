@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -53,7 +53,10 @@ from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
 from comprl_gym.trainers.losses import CISPO, CrossEntropy
 from comprl_gym.trainers.policy import PolicyOptimizer, TrainSample
 
-Learner = Literal["rl", "supervised", "supervised_every_fork"]
+#: The extractor's learners (:func:`climb`).
+Learner = Literal["rl", "supervised"]
+#: The actor's learners (:func:`climb_actor`): also a supervised control of every fork.
+ActorLearner = Literal["rl", "supervised", "supervised_every_fork"]
 
 
 def stairs_side(episode: Trajectory) -> str:
@@ -232,8 +235,8 @@ def climb(
     from comprl_gym.trainers.run import build_extractor
 
     rung = EXTRACTOR_RUNGS[rung] if isinstance(rung, str) else rung
-    if learner not in ("rl", "supervised"):
-        raise ConfigurationError(f"learner must be 'rl' or 'supervised', got {learner!r}")
+    if learner not in get_args(Learner):
+        raise ConfigurationError(f"learner must be one of {get_args(Learner)}, got {learner!r}")
     if experience.extractor_format != "stem":
         experience = dataclasses.replace(experience, extractor_format="stem")
     seed_everything(seed)
@@ -357,6 +360,7 @@ def actor_choice_scores(trainer: Any, split: str = "test") -> list[tuple[str, di
     """Per task of ``split``, its first right branch and the actor's probability of each
     branch at its first reply (the action's number token after the prompt's prefill, at
     temperature 1 restricted to the two branches): no draw, the actor's own choice."""
+    from comprl_gym.agents.llm_agent import listed_number_tokens
     from comprl_gym.envs.ladder.env import SIDES
     from comprl_gym.trainers.warmup import next_token_logits, reading_examples, reading_samples
 
@@ -365,7 +369,7 @@ def actor_choice_scores(trainer: Any, split: str = "test") -> list[tuple[str, di
     tokenizer = trainer.actor.tokenizer
     samples = reading_samples(config, examples, tokenizer, trainer.agent(0).config.prompt)
     # The admissible actions are listed in SIDES' order, numbered from 1.
-    numbers = [tokenizer(str(i + 1), add_special_tokens=False)["input_ids"][0] for i in range(2)]
+    numbers = list(listed_number_tokens(tokenizer, len(SIDES)))
     prompts = [sample.input_ids[: sample.action_mask.index(1)] for sample in samples]
     logits = next_token_logits(trainer.actor.model, prompts)[:, numbers].double()
     probs = torch.softmax(logits, -1).tolist()
@@ -376,8 +380,9 @@ def every_fork_samples(trainer: Any, split: str = "train") -> list[TrainSample]:
     """Each task of ``split`` played through the actor's own conversation (its prompts, its
     multi-turn token ids) with every reply forced to the right branch's number (the env's
     ``right_branches``, privileged): one cross-entropy sample per task, its mask on every
-    fork's reply and the end-of-reply token after it. The supervised control of a rung with more than one fork (``two_step``),
-    whose second prompt exists only after the first reply."""
+    fork's reply and the end-of-reply token after it. The supervised control of a rung with
+    more than one fork (``two_step``), whose second prompt exists only after the first
+    reply."""
     from comprl_gym.agents.llm_agent import LLMAgent
     from comprl_gym.agents.prompts import listed_actions
     from comprl_gym.env_factory import EnvSpec, make_env
@@ -469,7 +474,7 @@ def evaluate_actor(trainer: Any, updates: int, tasks: int = 32) -> LadderPoint:
 
 def climb_actor(
     rung: str,
-    learner: Learner,
+    learner: ActorLearner,
     config: Any,
     *,
     max_updates: int = 20,
@@ -499,9 +504,9 @@ def climb_actor(
     from comprl_gym.trainers import make_trainer
     from comprl_gym.trainers.warmup import reading_examples, reading_samples, warmup_optimizer
 
-    if learner not in ("rl", "supervised", "supervised_every_fork"):
+    if learner not in get_args(ActorLearner):
         raise ConfigurationError(
-            f"learner must be 'rl', 'supervised' or 'supervised_every_fork', got {learner!r}"
+            f"learner must be one of {get_args(ActorLearner)}, got {learner!r}"
         )
     if rung not in actor_rungs():
         raise ConfigurationError(f"rung must be one of {actor_rungs()}, got {rung!r}")
