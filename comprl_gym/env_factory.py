@@ -52,6 +52,9 @@ class ExperienceSpec:
             random per episode (0: the top ``inject_top_k``).
         sample_salt: mixed into that draw with the reset seed (the trainer gives each env of a
             group its slot, so the group's episodes see different lessons).
+        inject_order: ``random`` draws or ``rotate`` (the group's envs read the candidates in
+            turn); see :class:`~comprl_gym.wrappers.ExperienceInjection`.
+        same_task_only: show only experiences written about the reset's task.
     """
 
     inject_top_k: int = 3
@@ -60,6 +63,8 @@ class ExperienceSpec:
     in_observation: bool = True
     sample_from: int = 0
     sample_salt: int = 0
+    inject_order: str = "random"
+    same_task_only: bool = False
 
     @property
     def retrieves(self) -> bool:
@@ -152,4 +157,6 @@ def make_env(
         experiences_in_observation=settings.in_observation,
         sample_from=settings.sample_from,
         sample_salt=settings.sample_salt,
+        inject_order=settings.inject_order,
+        same_task_only=settings.same_task_only,
     )

@@ -285,6 +285,62 @@ def test_the_episodes_of_a_group_read_different_lessons(store):
     assert drawn == [shown(8, slot) for slot in slots]  # and a replay draws the same
 
 
+def test_a_group_reads_every_lesson_about_its_own_task_in_turn(store):
+    from comprl_gym.experience.records import Provenance
+
+    hall = gym.make("comprl/Memory-Fork-v0", split="test")
+    own, other, unseen = (hall.reset(seed=s)[1]["task_id"] for s in (3, 4, 5))
+    hall.close()
+    assert len({own, other, unseen}) == 3
+    texts = [f"In this hall try the branch number {i} first." for i in range(4)]
+    mine = store.add(texts, Provenance(task_ids=(own,)), env_family="memory")
+    # The same words about another hall: as near to the query, never to be shown.
+    store.add(texts * 3, Provenance(task_ids=(other,)), env_family="memory")
+
+    def shown(salt, seed=3, order="rotate", same_task=True):
+        env = ExperienceAugmentedEnv(
+            gym.make("comprl/Memory-Fork-v0", split="test"),
+            store,
+            inject_top_k=1,
+            search_budget=0,
+            report_outcomes=False,
+            sample_from=4,
+            sample_salt=salt,
+            inject_order=order,
+            same_task_only=same_task,
+        )
+        _, info = env.reset(seed=seed)
+        env.close()
+        return info["experience_ids"]
+
+    # Four consecutive slots (one group's with-lesson half) read the four lessons once each,
+    # and so does the next group's half.
+    assert sorted(i for slot in range(4) for i in shown(slot)) == sorted(mine)
+    assert sorted(i for slot in range(4, 8) for i in shown(slot)) == sorted(mine)
+    assert shown(0, seed=5) == []  # a first visit: nothing was written about this hall
+    unrestricted = {i for slot in range(8) for i in shown(slot, same_task=False)}
+    assert not unrestricted <= set(mine)  # without the restriction other halls' lessons show
+    with pytest.raises(ConfigurationError, match="order must be"):
+        shown(0, order="cycle")
+
+
+def test_distill_per_group_keeps_the_first_episodes_of_each_group():
+    from comprl_gym.trainers.extractor import distilled_episodes
+
+    runs = [
+        Trajectory(str(i), "e", "f", "0", "t", i, won=i in (1, 5),
+                   meta={"with_experience": i % 4 >= 2, "group": i // 4})
+        for i in range(12)
+    ]  # fmt: skip
+    settings = ExperienceSettings(distill="without_experience", distill_per_group=1)
+    assert [e.episode_id for e in distilled_episodes(runs, settings)] == ["0", "4", "8"]
+    two = dataclasses.replace(settings, distill_per_group=2, distill_balance="outcome")
+    # 0 1 | 4 5 | 8 9 picked; wins 1 and 5; the last two losses kept beside them
+    assert [e.episode_id for e in distilled_episodes(runs, two)] == ["1", "5", "8", "9"]
+    with pytest.raises(ConfigurationError, match="distill_per_group"):
+        ExperienceSettings(distill_per_group=-1)
+
+
 def test_the_agreed_rule_credits_only_the_shown_lessons_the_actions_agreed_with(tmp_path, embedder):
     from comprl_gym.rollouts import Turn
     from comprl_gym.trainers.credit import credit_uses

@@ -44,6 +44,13 @@ from comprl_gym.families import family_spec
 from comprl_gym.utils import atomic_write_json
 
 CONFIG = "configs/extractor-credit.yaml"
+#: ``--learner passing``: the same question with the extractor's learner that passed the
+#: known-answer ladder (issue 54.6), its runs under ``runs/extractor-credit-context-seedS``.
+PASSING_CONFIG = "configs/extractor-credit-context.yaml"
+PASSING_RESULT = RESULTS / "extractor_learning_context.json"
+#: The ladder's name for that learner, whose ``rule`` rung (the same probe episodes, a perfect
+#: reward) is the passing study's perfect-credit diagnostic.
+PASSING_VARIANT = "context-choices-t10-positive"
 #: The probe report names of ``comprl-gym probe --run`` (trained first, then frozen, then the rule).
 WRITERS = ("trained", "frozen", "outcome_aware")
 #: Iterations per window of :func:`trained_lessons`'s ``by_window``.
@@ -52,6 +59,11 @@ WINDOW = 10
 CURVE_KEYS = {
     "probe_right_won": "probe/right_won",
     "probe_right_lost": "probe/right_lost",
+    "probe_greedy_won": "probe/greedy_right_after_won",
+    "probe_greedy_lost": "probe/greedy_right_after_lost",
+    "probe_p_won": "probe/p_right_after_won",
+    "probe_p_lost": "probe/p_right_after_lost",
+    "extractor_entropy": "extractor/entropy",
     "store_right": "store/memory/right",
     "store_wrong": "store/memory/wrong",
     "credit_mean": "extractor/reward_mean",
@@ -102,15 +114,15 @@ TRIES = {
 }
 
 
-def run_folder(seed: int, iterations: int | None = None) -> Path:
-    """A seed's run of the config; ``iterations``: its continuation to that iteration."""
+def run_folder(seed: int, iterations: int | None = None, config: str = CONFIG) -> Path:
+    """A seed's run of ``config``; ``iterations``: its continuation to that iteration."""
     suffix = f"-{iterations}it" if iterations else ""
-    return RUNS / f"extractor-credit-seed{seed}{suffix}"
+    return RUNS / f"{Path(config).stem}-seed{seed}{suffix}"
 
 
-def train_and_probe(seed: int) -> None:
-    folder = fresh(run_folder(seed))
-    comprl_gym("train", "--config", CONFIG, "--set", f"seed={seed}", "--output-dir", str(folder))
+def train_and_probe(seed: int, config: str = CONFIG) -> None:
+    folder = fresh(run_folder(seed, config=config))
+    comprl_gym("train", "--config", config, "--set", f"seed={seed}", "--output-dir", str(folder))
     probe(folder)
 
 
@@ -162,18 +174,35 @@ def writer_summary(report: dict) -> dict:
         episodes = [v for v in verdicts if v["won"] == won]
         counts[f"right_{outcome}"] = sum(v["verdict"] == "right" for v in episodes)
         counts[outcome] = len(episodes)
+    greedy = {
+        f"greedy_right_{o}": sum(v.get("greedy") == "right" for v in verdicts if v["won"] == won)
+        for o, won in (("won", True), ("lost", False))
+    }
     return {
         "name": report["name"],
         "right_after_won": report["right_after_won"],
         "right_after_lost": report["right_after_lost"],
-        "counts": counts,
+        # the model's own choice, read without a draw (absent for a writer without one)
+        **{
+            key: report[key]
+            for key in (
+                "greedy_right_after_won",
+                "greedy_right_after_lost",
+                "p_right_after_won",
+                "p_right_after_lost",
+            )
+            if key in report
+        },
+        "counts": {**counts, **greedy},
         "sides_named": cells(verdicts),
     }
 
 
-def right_by_episode(report: dict, won: bool) -> dict:
+def right_by_episode(report: dict, won: bool, read: str = "verdict") -> dict:
+    """Per probe episode of that outcome, 1.0 when the lesson was right: the sampled one
+    (``read="verdict"``) or the greedy choice (``read="greedy"``)."""
     return {
-        v["episode_id"]: float(v["verdict"] == "right")
+        v["episode_id"]: float(v.get(read) == "right")
         for v in report["verdicts"]
         if v["won"] == won
     }
@@ -257,31 +286,38 @@ def trained_lessons(folder: Path) -> dict:
     return out
 
 
-def probe_summary(reports: list[dict]) -> dict:
+def probe_summary(reports: list[dict], read: str = "verdict") -> dict:
     """The probe's three writers (trained, frozen, the rule), the trained one minus the frozen
-    one paired over the probe episodes, and whether the trained one meets the bar."""
+    one paired over the probe episodes, and whether the trained one meets the bar. ``read``:
+    judge the sampled lessons (``verdict``) or the greedy choices (``greedy``: the passing
+    learner samples at temperature 10, near a coin, so its samples say little of what it
+    learnt)."""
     by_writer = dict(zip(WRITERS, reports))
     trained = writer_summary(by_writer["trained"])
     versus = {
         outcome: paired_comparison(
-            right_by_episode(by_writer["trained"], won), right_by_episode(by_writer["frozen"], won)
+            right_by_episode(by_writer["trained"], won, read),
+            right_by_episode(by_writer["frozen"], won, read),
         )
         for outcome, won in (("after_won", True), ("after_lost", False))
     }
+    rate = "greedy_right" if read == "greedy" else "right"
     return {
         "trained": trained,
         "frozen": writer_summary(by_writer["frozen"]),
         "outcome_aware": writer_summary(by_writer["outcome_aware"]),
+        "judged": read,
         "trained_minus_frozen": versus,
         "meets_the_bar": all(
-            trained[f"right_{o}"]["low"] > 0.5 and versus[o]["difference"]["low"] > 0
+            trained[f"{rate}_{o}"]["low"] > 0.5 and versus[o]["difference"]["low"] > 0
             for o in ("after_won", "after_lost")
         ),
     }
 
 
-def run_summary(folder: Path) -> dict:
-    """A run's probe (when ``probe.json`` exists), its logged probe curve and its provenance."""
+def run_summary(folder: Path, read: str = "verdict") -> dict:
+    """A run's probe (when ``probe.json`` exists; judged by ``read``, see
+    :func:`probe_summary`), its logged probe curve and its provenance."""
     out: dict = {"curve": curve_of(folder)}
     if not (folder / "probe.json").exists():
         return out
@@ -290,7 +326,7 @@ def run_summary(folder: Path) -> dict:
     probe_file = json.loads((folder / "probe.json").read_text())
     summary = Run(folder).summary
     return {
-        **probe_summary(probe_file["families"]["memory"]),
+        **probe_summary(probe_file["families"]["memory"], read),
         **out,
         "extractor_updates": summary["last"].get("extractor/updates"),
         "train_time_s": summary["train_time_s"],
@@ -569,6 +605,106 @@ def summarise(seeds: list[int]) -> dict:
     }
 
 
+def perfect_credit_on_the_ladder() -> dict:
+    """The passing learner's ``rule`` rung of the known-answer ladder (``benchmarks/results/
+    ladder.json``): the same extractor, settings and probe episodes with a perfect reward,
+    per seed the greedy right answers of 32 after each probed update."""
+    ladder = json.loads((RESULTS / "ladder.json").read_text())
+    out = {}
+    for result in ladder["results"]:
+        if result["rung"] == "rule" and result["settings"].get("variant") == PASSING_VARIANT:
+            out[str(result["seed"])] = {
+                "seed": result["seed"],
+                "curve": [
+                    {"updates": p["updates"], "greedy_right": p["greedy_right"],
+                     "episodes": p["episodes"], "mean_p_target": p["mean_p_target"]}
+                    for p in result["curve"]
+                ],
+            }  # fmt: skip
+    return out
+
+
+def passing_summary(seeds: list[int]) -> dict:
+    """The question again with the learner that passed the ladder (``--learner passing``)."""
+    return {
+        "question": "with the extractor's learner that passed the known-answer ladder, does the "
+        "stem extractor learn from credit alone to name the walked side after a win and the "
+        "other side after a loss?",
+        "config": PASSING_CONFIG,
+        "learner": PASSING_VARIANT,
+        "command": f"comprl-gym train --config {PASSING_CONFIG} --set seed=S; "
+        "comprl-gym probe --run DIR",
+        "probe": "the memory family's committed probe episodes: 16 test_large dungeons (8 east, "
+        "8 west), each walked once east and once west by a scripted agent",
+        "bar": "per seed, on the greedy choice (the learner samples at temperature 10): right "
+        "after a win and after a loss with Wilson lower bounds above 0.5, and trained minus "
+        "frozen above 0 (paired over the probe episodes)",
+        "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
+        "seeds": {
+            str(seed): {
+                "seed": seed,
+                **run_summary(run_folder(seed, config=PASSING_CONFIG), read="greedy"),
+            }
+            for seed in seeds
+        },
+        "perfect_credit": perfect_credit_on_the_ladder(),
+    }
+
+
+def plot_passing(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.6))
+    for seed, data in result["seeds"].items():
+        rows = [r for r in data["curve"] if r.get("probe_greedy_won") is not None]
+        xs = [r["iteration"] for r in rows]
+        (line,) = axes[0].plot(
+            xs, [r["probe_greedy_won"] for r in rows], "-o", label=f"seed {seed}, after a win"
+        )
+        axes[0].plot(
+            xs,
+            [r["probe_greedy_lost"] for r in rows],
+            "--s",
+            color=line.get_color(),
+            label=f"seed {seed}, after a loss",
+        )
+        axes[1].plot(xs, [r["probe_p_won"] for r in rows], "-o", color=line.get_color())
+        axes[1].plot(xs, [r["probe_p_lost"] for r in rows], "--s", color=line.get_color())
+        trained = [r for r in data["curve"] if r.get("extractor_entropy") is not None]
+        axes[2].plot(
+            [r["iteration"] for r in trained],
+            [r["extractor_entropy"] for r in trained],
+            color=line.get_color(),
+            label=f"seed {seed}",
+        )
+    for seed, data in result["perfect_credit"].items():
+        curve = data["curve"]
+        axes[0].plot(
+            [p["updates"] + 1 for p in curve],
+            [p["greedy_right"] / p["episodes"] for p in curve],
+            ":",
+            color="grey",
+            label="perfect credit (ladder), all 32" if seed == "0" else None,
+        )
+    for ax, title, ylabel in (
+        (axes[0], "probe, greedy choice: right (16 each)", "rate"),
+        (axes[1], "probe: mean P(right lesson)", "P"),
+        (axes[2], "extractor entropy of its choice (trained batch)", "nats"),
+    ):  # fmt: skip
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("iteration (ladder: update + 1)")
+        ax.set_ylabel(ylabel)
+    for ax in axes[:2]:
+        ax.set_ylim(-0.02, 1.02)
+        ax.axhline(0.5, color="grey", lw=0.5)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.savefig(path, dpi=110)
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -624,7 +760,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds")
     parser.add_argument("--reuse", action="store_true", help="summarise runs already under runs/")
     parser.add_argument(
-        "--out", type=Path, default=RESULTS / "extractor_learning.json", help="the result file"
+        "--learner",
+        choices=("committed", "passing"),
+        default="committed",
+        help=f"committed: {CONFIG}'s learner; passing: the learner that passed the ladder "
+        f"({PASSING_CONFIG}; only --seeds and --reuse apply)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the result file (default: benchmarks/results/extractor_learning.json, or "
+        "extractor_learning_context.json with --learner passing)",
     )
     parser.add_argument(
         "--perfect-credit",
@@ -655,13 +802,22 @@ def main(argv: list[str] | None = None) -> int:
         "comma-separated: frozen, 'seed S' (a seed's final checkpoint); ~20 min each",
     )
     args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.learner == "passing":
+        for seed in seeds:
+            folder = run_folder(seed, config=PASSING_CONFIG)
+            if not args.reuse:
+                train_and_probe(seed, PASSING_CONFIG)
+            elif not (folder / "probe.json").exists():
+                probe(folder)
+        write_result(args.out or PASSING_RESULT, passing_summary(seeds), plot_passing)
+        return 0
     if args.perfect_credit:
         folder = RUNS / args.perfect_folder
         folder.mkdir(parents=True, exist_ok=True)
         overrides = PERFECT_RUNS[args.perfect_folder]
         record = perfect_credit(0, args.perfect_credit, folder / "probe.json", overrides)
         atomic_write_json(folder / "curve.json", record)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.representation:
         representation_probe([w.strip() for w in args.representation.split(",")])
     for seed in seeds:
@@ -672,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds if args.continue_to else []:
         continue_and_probe(seed, args.continue_to)
     result = summarise(seeds)
-    write_result(args.out, result, plot)
+    write_result(args.out or RESULTS / "extractor_learning.json", result, plot)
     return 0
 
 

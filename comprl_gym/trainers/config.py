@@ -154,6 +154,16 @@ class ExperienceSettings(ExperienceConfig):
     #: with-experience episodes of a group send one query; with a draw they read different
     #: lessons, so each lesson's outcome is measured apart (evaluation always shows the top).
     inject_sample_from: int = 0
+    #: How the with-experience episodes of a group choose among those candidates: ``random``
+    #: (each its own draw: of 4 candidates, 4 episodes read about 2.7) or ``rotate`` (in turn
+    #: from an offset the group shares: K/2 >= ``inject_sample_from`` episodes read every one,
+    #: so each lesson is credited).
+    inject_order: Literal["random", "rotate"] = "random"
+    #: Training episodes are shown only the lessons written about their own task (the
+    #: lessons' provenance); a task's first visit then reads none. Without it a first visit
+    #: reads the nearest other task's lesson and credits it with an outcome it had no part in.
+    #: Evaluation is not restricted.
+    inject_same_task: bool = False
     #: ``search_and_ask[...]`` calls allowed per episode (answered by the extractor).
     search_and_ask_budget: int = 2
     #: Folder of the experience store; empty means ``<output_dir>/experience``.
@@ -171,6 +181,11 @@ class ExperienceSettings(ExperienceConfig):
     distill_balance: Literal["none", "outcome"] = "none"
     #: Trajectories the extractor reads per task group in ``distill: group`` mode.
     experiences_per_group: int = 1
+    #: At most this many of the trajectories ``distill`` picks per task group, the first in
+    #: play order, before ``distill_balance`` (0: all of them). With ``extractor_samples``
+    #: lessons about each, one per group keeps the lessons a group's later visit reads to
+    #: those about one episode, which ``extractor_baseline: context`` compares.
+    distill_per_group: int = 0
     #: Where the lessons come from: ``extractor`` (the extractor model writes them in
     #: ``extractor_format`` and, in the trainers that train it, learns by CISPO), or a memory
     #: without a model (:mod:`comprl_gym.lessons.memories`): ``exemplar`` (a won
@@ -277,6 +292,10 @@ class ExperienceSettings(ExperienceConfig):
             raise ConfigurationError(
                 "experience.cispo_eps_low must be in [0, 1) and cispo_eps_high >= 0, got "
                 f"{self.cispo_eps_low} and {self.cispo_eps_high}"
+            )
+        if self.distill_per_group < 0:
+            raise ConfigurationError(
+                f"experience.distill_per_group must be >= 0 (0: all), got {self.distill_per_group}"
             )
         if self.extractor_samples < 1:
             raise ConfigurationError(

@@ -155,6 +155,7 @@ def distilled_episodes(
     short, none of the others. ``without_experience``: every episode played without
     experience and not cut short. ``group``: per task group, the ``experiences_per_group``
     most informative episodes (a win first when the group has wins and losses). With
+    ``experience.distill_per_group: N`` at most the first N of each group are kept. With
     ``experience.distill_balance: outcome`` as many won as lost episodes are kept: the last
     ones of the commoner outcome, in play order.
 
@@ -178,6 +179,14 @@ def distilled_episodes(
         for group in groups.values():
             ordered = sorted(group, key=lambda e: (not e.won, e.episode_id))
             chosen += ordered[: max(1, settings.experiences_per_group)]
+    if settings.distill_per_group:
+        per_group: dict[int, int] = {}
+        kept = []
+        for episode in chosen:  # in play order
+            per_group[episode.group] = per_group.get(episode.group, 0) + 1
+            if per_group[episode.group] <= settings.distill_per_group:
+                kept.append(episode)
+        chosen = kept
     if settings.distill_balance == "outcome":
         won = [e for e in chosen if e.won]
         lost = [e for e in chosen if not e.won]

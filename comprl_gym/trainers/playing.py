@@ -62,8 +62,9 @@ class Playing:
         measuring the store does not change it (reference: validation env managers run with
         ``mode="val"``). Training envs retrieve nothing during warm-up
         (``experience.warmup_iterations``) and draw their lessons from
-        ``experience.inject_sample_from`` candidates (salted by ``slot``); evaluation envs show
-        the top ``inject_top_k``.
+        ``experience.inject_sample_from`` candidates (salted by ``slot``, in
+        ``experience.inject_order``), of the lessons about their own task with
+        ``experience.inject_same_task``; evaluation envs show the top ``inject_top_k``.
         """
         cfg = self.config
         kwargs = {} if cfg.env_url else {"max_steps": cfg.max_episode_steps}
@@ -80,6 +81,8 @@ class Playing:
                 in_observation=False,
                 sample_from=0 if evaluation or not retrieval else settings.inject_sample_from,
                 sample_salt=0 if evaluation else slot,
+                inject_order="random" if evaluation else settings.inject_order,
+                same_task_only=settings.inject_same_task and not evaluation,
             )
         return EnvSpec.of(env_id, kwargs, url=cfg.env_url, experience=experience)
 

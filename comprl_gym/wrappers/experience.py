@@ -83,6 +83,8 @@ class ExperienceAugmentedEnv(gym.Wrapper):
         experiences_in_observation: bool = True,
         sample_from: int = 0,
         sample_salt: int = 0,
+        inject_order: str = "random",
+        same_task_only: bool = False,
     ):
         self.injection = ExperienceInjection(
             env,
@@ -93,6 +95,8 @@ class ExperienceAugmentedEnv(gym.Wrapper):
             experiences_in_observation,
             sample_from,
             sample_salt,
+            inject_order,
+            same_task_only,
         )
         self.search = SearchAndAskAction(
             self.injection,

@@ -40,6 +40,12 @@ def default_query(observation: str, info: dict[str, Any]) -> str:
     return f"{info.get('task', '')}\n{observation[:1000]}".strip()
 
 
+#: With ``same_task_only`` the query asks for this many times the candidates it shows: the
+#: lessons about the same task are the nearest to its query (they are written about it), so
+#: a store of a few hundred lessons needs no exact filter.
+SAME_TASK_WIDTH = 16
+
+
 class ExperienceInjection(gym.Wrapper):
     """Retrieve experiences at reset and prepend them to the first observation.
 
@@ -51,6 +57,18 @@ class ExperienceInjection(gym.Wrapper):
         query_fn: ``query_fn(observation, info) -> str`` (default :func:`default_query`).
         experiences_in_observation: also prepend them to the first observation (off when the
             agent puts ``info["experiences"]`` in its system prompt).
+        sample_from: retrieve this many candidates and show ``top_k`` of them (0: the top
+            ``top_k``), chosen by ``order``.
+        sample_salt: this env's place among the envs that send the same query (the trainer
+            gives each env of a task group its slot).
+        order: ``random`` (each reset draws ``top_k`` of the candidates, seeded by the reset
+            seed and the salt) or ``rotate`` (the envs of one query read the candidates in
+            turn from one offset the reset seed draws: env ``s`` reads candidates ``s * top_k``
+            onwards, so ``sample_from / top_k`` consecutive salts read every candidate once).
+        same_task_only: show only experiences written about this reset's task (their
+            provenance names ``info["task_id"]``); a task nothing was written about shows none.
+            The query then asks for :data:`SAME_TASK_WIDTH` times as many candidates, of which
+            those of other tasks are dropped.
     """
 
     def __init__(
@@ -63,6 +81,8 @@ class ExperienceInjection(gym.Wrapper):
         experiences_in_observation: bool = True,
         sample_from: int = 0,
         sample_salt: int = 0,
+        order: str = "random",
+        same_task_only: bool = False,
     ):
         super().__init__(env)
         self.experiences_in_observation = experiences_in_observation
@@ -79,6 +99,10 @@ class ExperienceInjection(gym.Wrapper):
         #: Mixed into each reset's draw with the reset seed: envs of one group (the trainer
         #: gives each its slot) draw differently, and a replay draws the same.
         self.sample_salt = sample_salt
+        if order not in ("random", "rotate"):
+            raise ConfigurationError(f"order must be 'random' or 'rotate', got {order!r}")
+        self.order = order
+        self.same_task_only = same_task_only
         self.manager = manager
         self.top_k = top_k
         self.same_family_only = same_family_only
@@ -99,11 +123,14 @@ class ExperienceInjection(gym.Wrapper):
         if self.top_k > 0:
             family = info.get("env_family") if self.same_family_only else None
             k = max(self.top_k, self.sample_from)
-            hits = self.manager.retrieve(self.query_fn(observation, info), k, family)
-            if len(hits) > self.top_k:
-                draw = random.Random(f"{seed}/{self.sample_salt}")
-                keep = sorted(draw.sample(range(len(hits)), self.top_k))
-                hits = [hits[i] for i in keep]  # in rank order
+            query = self.query_fn(observation, info)
+            if self.same_task_only:
+                task_id = str(info.get("task_id", ""))
+                hits = self.manager.retrieve(query, k * SAME_TASK_WIDTH, family)
+                hits = [h for h in hits if task_id in h.experience.source_task_ids][:k]
+            else:
+                hits = self.manager.retrieve(query, k, family)
+            hits = self._shown(hits, seed)
             if hits:
                 # Stored text was written by a model: keep the contract's printable text.
                 self.injected = [
@@ -113,6 +140,18 @@ class ExperienceInjection(gym.Wrapper):
                     block = prompts.format_injection([h.experience for h in hits])
                     observation = printable_text(f"{block}\n\n{observation}")
         return observation, self._augment(info)
+
+    def _shown(self, hits: list[Any], seed: int | None) -> list[Any]:
+        """The ``top_k`` of the retrieved ``hits`` this reset shows, in rank order."""
+        if len(hits) <= self.top_k:
+            return hits
+        if self.order == "rotate":
+            start = random.Random(f"{seed}").randrange(len(hits)) + self.sample_salt * self.top_k
+            keep = sorted({(start + j) % len(hits) for j in range(self.top_k)})
+        else:
+            draw = random.Random(f"{seed}/{self.sample_salt}")
+            keep = sorted(draw.sample(range(len(hits)), self.top_k))
+        return [hits[i] for i in keep]
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = self.env.step(action)
