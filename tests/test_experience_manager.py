@@ -150,18 +150,31 @@ def test_diversified_answer_reaches_past_heavily_used_top_candidates(tmp_path, e
 
 
 def test_query_batching_groups_concurrent_queries(manager):
+    """Queries asked while every search worker is busy are answered together. Each search
+    takes 50 ms here and the 64 queries are asked at one barrier, so however slowly a loaded
+    machine starts the threads, queries queue behind the busy workers (it failed under load
+    when a fast search let each query run alone)."""
     manager.add([lesson(i) for i in range(100)], vectors=unit(100, 4))
     queries = unit(64, 5)
     results: list = [None] * 64
+    search = manager.store.search
+
+    def slow_search(*args):
+        time.sleep(0.05)
+        return search(*args)
+
+    manager.store.search = slow_search
+    start = threading.Barrier(64)
 
     def ask(i: int) -> None:
+        start.wait(30)
         results[i] = manager.retrieve_by_vector(queries[i], k=2, diversify=False)
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(64)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(60)
     assert all(r is not None and len(r) == 2 for r in results)
     assert manager.stats()["mean_batch_size"] > 1.5
 
