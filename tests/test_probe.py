@@ -226,7 +226,46 @@ def test_probe_command_prints_the_table_and_writes_every_lesson(tmp_path, capsys
 
 def test_probe_command_refuses_nothing_to_probe(capsys):
     assert main(["probe"]) == 2
-    assert "--run DIR or --extractor MODEL" in capsys.readouterr().err
+    assert "--run DIR, --extractor MODEL or --config FILE" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_probe_config_probes_the_extractor_a_run_starts_from_its_init_weights(tmp_path, capsys):
+    """A writer taught to name west everywhere (the ladder's supervised learner, its weights
+    saved) is what ``--config`` probes once the config's ``extractor.init_weights`` names it:
+    its greedy lesson is right exactly on the probe episodes whose stairs are west (the
+    dungeons' own truth), where the untrained model, which names east, is right on the others."""
+    from comprl_gym.trainers.ladder import Rung, climb
+
+    west = Rung("west", "always the west branch", lambda e: "west")
+    weights = tmp_path / "writer.pt"
+    taught = climb(
+        west, "supervised", ModelSettings(model="tiny", lr=5e-2),
+        ExperienceSettings(extractor_format="stem"), max_updates=10, eval_every=5,
+        batch_size=8, save_weights=weights,
+    )  # fmt: skip
+    assert taught.solved_at is not None
+
+    def greedy_right_where_stairs(init_weights: str) -> list[str]:
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            "env_ids: [comprl/Memory-Fork-v0]\nalgorithm: complementary\n"
+            f"extractor: {{model: tiny, init_weights: '{init_weights}'}}\n"
+            "experience: {extractor_format: stem}\n"
+        )
+        out = tmp_path / "probe.json"
+        assert main(["probe", "--config", str(config), "--out", str(out)]) == 0
+        saved = json.loads(out.read_text())
+        [report, _rule] = saved["families"]["memory"]
+        assert report["name"] == f"extractor of {config}"
+        sources = saved["sources"]["config"]
+        assert sources["init_weights_sha256"] == (taught.weights_sha256 if init_weights else None)
+        return [dungeon(v["task_id"]).side for v in report["verdicts"] if v["greedy"] == "right"]
+
+    # 16 probe dungeons, 8 with the stairs west, each walked both ways: 16 episodes each side
+    assert greedy_right_where_stairs(str(weights)) == ["west"] * 16
+    assert greedy_right_where_stairs("") == ["east"] * 16
+    capsys.readouterr()
 
 
 @pytest.mark.slow

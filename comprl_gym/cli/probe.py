@@ -5,7 +5,8 @@
 its frozen one (the same model with the weights it started from,
 :func:`~comprl_gym.trainers.run.run_extractors`) and the scripted outcome-aware rule (the
 ceiling), and prints P(right | won) and P(right | lost) of each; ``--extractor MODEL`` probes
-a model no run trained; ``--out FILE`` keeps every lesson, with the sha256 of the checkpoint
+a model no run trained; ``--config FILE`` the extractor a run of that config starts with (its
+model, LoRA, ``init_weights``, sampling and format); ``--out FILE`` keeps every lesson, with the sha256 of the checkpoint
 and of the model's weight files.
 
 Example:
@@ -34,7 +35,8 @@ from comprl_gym.trainers.config import ExperienceSettings, ModelSettings
 EXAMPLES = {
     "probe": """examples:
   comprl-gym probe --run runs/demo
-  comprl-gym probe --extractor smollm2 --family memory --out probe.json""",
+  comprl-gym probe --extractor smollm2 --family memory --out probe.json
+  comprl-gym probe --config configs/memory-capable.yaml --out probe.json""",
 }
 
 
@@ -51,8 +53,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     # The JSON alone on standard output when it goes there (--out -): the tables to stderr.
     messages = sys.stderr if writes_to_stdout(args.out) else sys.stdout
 
-    if not args.run and not args.extractor:
-        raise ConfigurationError("probe needs --run DIR or --extractor MODEL (or both)")
+    if not (args.run or args.extractor or args.config):
+        raise ConfigurationError("probe needs --run DIR, --extractor MODEL or --config FILE")
     writers: list[tuple[str, Any]] = []
     sources: dict[str, Any] = {}
     families = list(args.family)
@@ -67,6 +69,22 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         name = f"extractor {args.extractor} ({args.format})"
         writers.append((name, ExtractorWriter(build_extractor(model, settings, args.seed), name)))
         sources["extractor"] = model_weights(args.extractor)
+    if args.config:
+        from comprl_gym.evaluation.provenance import file_sha256
+        from comprl_gym.trainers.config import TrainConfig
+
+        config = TrainConfig.from_yaml(args.config)
+        name = f"extractor of {args.config}"
+        extractor = build_extractor(config.extractor, config.experience, config.seed)
+        writers.append((name, ExtractorWriter(extractor, name)))
+        weights = config.extractor.init_weights
+        sources["config"] = {
+            "path": str(args.config),
+            "extractor": model_weights(config.extractor.model),
+            "init_weights": weights,
+            "init_weights_sha256": file_sha256(weights) if weights else None,
+        }
+        families = families or probed_families(config.env_ids)
     families = families or [name for name in family_specs() if can_probe(name)]
     if not families:
         raise ConfigurationError("no family to probe: none has a lesson judge and probe episodes")
@@ -105,6 +123,12 @@ def add_probe(sub: Any) -> None:
         help="a training run's output_dir: its newest checkpoint's extractor, and its frozen one",
     )
     p.add_argument("--no-frozen", action="store_true", help="leave the run's frozen extractor out")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a training config: the extractor a run of it starts with (its model, LoRA, "
+        "extractor.init_weights, temperature and format)",
+    )
     p.add_argument(
         "--extractor", help="a model to probe as an untrained extractor: smollm2, tiny or a folder"
     )

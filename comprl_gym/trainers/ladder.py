@@ -39,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 import torch
@@ -93,6 +94,33 @@ EXTRACTOR_RUNGS: dict[str, Rung] = {
 }
 
 
+def noisy_teacher(rung: Rung, label_noise: float, seed: int = 0) -> Rung:
+    """``rung`` taught by a teacher that is wrong ``label_noise`` of the time: each time a
+    target is asked for, it is the other side with that probability (its own draws, seeded by
+    ``seed``). Cross-entropy on such labels is least when the model names the right side with
+    probability ``1 - label_noise``: a writer right well above chance but not always.
+
+    Example:
+        >>> episodes = load_probe_episodes("memory")
+        >>> taught = noisy_teacher(EXTRACTOR_RUNGS["rule"], 0.25, seed=0)
+        >>> labels = [taught.target(e) == stairs_side(e) for e in episodes * 50]
+        >>> round(sum(labels) / len(labels), 2)
+        0.74
+    """
+    if not 0.0 <= label_noise < 0.5:
+        raise ConfigurationError(f"label_noise must be in [0, 0.5), got {label_noise}")
+    if not label_noise:
+        return rung
+    draws = random.Random(f"label-noise/{seed}")
+    other = {"east": "west", "west": "east"}
+
+    def target(episode: Trajectory) -> str:
+        side = rung.target(episode)
+        return other[side] if draws.random() < label_noise else side
+
+    return Rung(rung.name, f"{rung.asks}, with {label_noise:.0%} of the labels flipped", target)
+
+
 @dataclass
 class LadderPoint:
     """A rung's evaluation after ``updates`` updates, on the probe episodes."""
@@ -121,6 +149,8 @@ class RungResult:
     curve: list[LadderPoint] = field(default_factory=list)
     time_s: float = 0.0
     seed: int = 0
+    #: The trained weights' sha256 when :func:`climb` saved them (``save_weights``).
+    weights_sha256: str = ""
 
     @property
     def solved_at(self) -> int | None:
@@ -137,6 +167,7 @@ class RungResult:
             [LadderPoint(**point) for point in data["curve"]],
             data["time_s"],
             data.get("seed", 0),
+            data.get("weights_sha256", ""),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +178,7 @@ class RungResult:
             "solved_at": self.solved_at,
             "time_s": self.time_s,
             "seed": self.seed,
+            **({"weights_sha256": self.weights_sha256} if self.weights_sha256 else {}),
             "curve": [dataclasses.asdict(p) for p in self.curve],
         }
 
@@ -217,6 +249,8 @@ def climb(
     train_episodes: list[Trajectory] | None = None,
     eval_episodes: list[Trajectory] | None = None,
     progress: Callable[[RungResult], None] | None = None,
+    label_noise: float = 0.0,
+    save_weights: str | Path | None = None,
 ) -> RungResult:
     """Train a fresh extractor (``model``, ``experience``) on ``rung`` with ``learner`` for at
     most ``max_updates`` updates of ``batch_size`` lessons (about ``batch_size //
@@ -228,6 +262,12 @@ def climb(
     ``model.temperature``), the store credits it +1 or -1 by the rung's target, and
     :meth:`~comprl_gym.trainers.extractor.ExperienceExtractor.update` takes its CISPO step.
     ``supervised`` takes a cross-entropy step on the target choice of the same episodes.
+
+    ``label_noise``: training is taught by :func:`noisy_teacher` (the reward or the label is
+    the wrong side that often); evaluation is always against the rung's true target.
+    ``save_weights``: write the trained weights there at the end
+    (:meth:`~comprl_gym.trainers.policy.PolicyOptimizer.save_weights`; a file
+    ``extractor.init_weights`` starts a run from), their sha256 in the result.
     """
     from comprl_gym.experience import ExperienceConfig, ExperienceManager
     from comprl_gym.lessons.probe import walked_both_ways
@@ -235,6 +275,7 @@ def climb(
     from comprl_gym.trainers.run import build_extractor
 
     rung = EXTRACTOR_RUNGS[rung] if isinstance(rung, str) else rung
+    teacher = noisy_teacher(rung, label_noise, seed)
     if learner not in get_args(Learner):
         raise ConfigurationError(f"learner must be one of {get_args(Learner)}, got {learner!r}")
     if experience.extractor_format != "stem":
@@ -270,9 +311,9 @@ def climb(
             for update in range(1, max_updates + 1):
                 batch = rng.sample(won, episodes // 2) + rng.sample(lost, episodes - episodes // 2)
                 if learner == "rl":
-                    stats = _reinforced_step(extractor, manager, rung, batch, update)
+                    stats = _reinforced_step(extractor, manager, teacher, batch, update)
                 else:
-                    stats = _supervised_step(optimizer, backend, extractor.format, rung, batch)
+                    stats = _supervised_step(optimizer, backend, extractor.format, teacher, batch)
                 if update % eval_every == 0 or update == max_updates:
                     point = evaluate(backend, extractor.format, rung, held_out, update)
                     if _record(result, point, stats, start, progress) and stop_when_solved:
@@ -280,6 +321,8 @@ def climb(
         finally:
             manager.close()
     result.time_s = time.perf_counter() - start
+    if save_weights is not None:
+        result.weights_sha256 = optimizer.save_weights(save_weights)
     return result
 
 
