@@ -17,9 +17,10 @@ from comprl_gym.lessons.probe import ProbeReport, ProbeVerdict
 DUNGEONS = [dungeon(i) for i in PROBE_DUNGEONS]
 
 
-def report(name: str, names) -> dict:
+def report(name: str, names, greedy=None) -> dict:
     """A probe report (the real ProbeReport, judged by the family's judge) whose writer names
-    ``names(walked, won)`` for every episode."""
+    ``names(walked, won)`` for every episode, and whose most probable side is ``greedy(walked,
+    won)`` when given (a stem extractor's)."""
     out = ProbeReport(name)
     for d in DUNGEONS:
         for walked in ("east", "west"):
@@ -28,11 +29,16 @@ def report(name: str, names) -> dict:
                 f"In {d.name} the staircase down is at the end of the {names(walked, won)} branch."
             )
             verdict = family_spec("memory").judge(lesson).verdict
+            likeliest = None
+            if greedy is not None:
+                likeliest = "right" if greedy(walked, won) == d.side else "wrong"
             out.verdicts.append(
                 ProbeVerdict(
-                    f"{d.index}-{walked}", d.task_id("fork"), won, walked, verdict, (lesson,)
+                    f"{d.index}-{walked}", d.task_id("fork"), won, walked, verdict, (lesson,),
+                    p_right=None if greedy is None else float(likeliest == "right"),
+                    greedy=likeliest,
                 )
-            )
+            )  # fmt: skip
     return out.to_dict()
 
 
@@ -40,7 +46,11 @@ def other(side: str) -> str:
     return "west" if side == "east" else "east"
 
 
-RULE = report("rule", lambda walked, won: walked if won else other(walked))
+def rule_side(walked: str, won: bool) -> str:
+    return walked if won else other(walked)
+
+
+RULE = report("rule", rule_side)
 COPY = report("frozen", lambda walked, won: walked)  # copies the walked side
 WEST = report("constant", lambda walked, won: "west")
 
@@ -161,3 +171,24 @@ def test_answer_features_are_read_where_the_extractor_samples_its_side():
             if len(sampled) == 2:
                 break
         assert sampled["east"] - sampled["west"] == pytest.approx(log_odds, abs=1e-3)
+
+
+def test_the_passing_learner_is_judged_by_its_greedy_choice():
+    """The passing learner samples near a coin (temperature 10): its bar is read from the
+    greedy choice. A writer whose samples name west everywhere but whose likeliest side is the
+    rule's meets it against a frozen writer whose likeliest side is the walked one only where
+    that one is wrong: after a loss (+1), not after a win (0)."""
+    rule_at_heart = report("trained", lambda walked, won: "west", rule_side)
+    copier = report("frozen", lambda walked, won: walked, lambda walked, won: walked)
+    west_at_heart = report("frozen", lambda walked, won: walked, lambda walked, won: "west")
+    sampled = bench.probe_summary([rule_at_heart, copier, RULE])
+    assert sampled["trained"]["counts"]["right_won"] == 8  # its west samples: a coin
+    greedy = bench.probe_summary([rule_at_heart, copier, RULE], read="greedy")
+    assert greedy["judged"] == "greedy"
+    counts = greedy["trained"]["counts"]
+    assert (counts["greedy_right_won"], counts["greedy_right_lost"]) == (16, 16)
+    assert greedy["trained_minus_frozen"]["after_won"]["difference"]["mean"] == 0.0
+    assert greedy["trained_minus_frozen"]["after_lost"]["difference"]["mean"] == 1.0
+    assert greedy["meets_the_bar"] is False  # not above the copier after a win
+    assert bench.probe_summary([rule_at_heart, west_at_heart, RULE], read="greedy")["meets_the_bar"]
+    assert "greedy_right_won" not in bench.probe_summary([RULE, COPY, RULE])["trained"]["counts"]

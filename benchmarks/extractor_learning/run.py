@@ -174,9 +174,11 @@ def writer_summary(report: dict) -> dict:
         episodes = [v for v in verdicts if v["won"] == won]
         counts[f"right_{outcome}"] = sum(v["verdict"] == "right" for v in episodes)
         counts[outcome] = len(episodes)
+    # the greedy choice's right answers, for a writer that has one (a stem extractor)
     greedy = {
         f"greedy_right_{o}": sum(v.get("greedy") == "right" for v in verdicts if v["won"] == won)
         for o, won in (("won", True), ("lost", False))
+        if any(v.get("greedy") is not None for v in verdicts)
     }
     return {
         "name": report["name"],
