@@ -36,8 +36,9 @@ agentic/``; the file names below point into it):
   when the actor critiqued the experiences retrieved for an episode, that use counts
   :func:`~comprl_gym.trainers.credit.critiqued_outcome` (reject -1, refine 0.5, accept
   score + 1) instead of +1/-1 for the generations that wrote them
-  (:meth:`ExperienceExtractor.credit_critiques`); an unparsed critique leaves the plain
-  outcome, as in the reference.
+  (:meth:`ExperienceExtractor.credit_critiques`). An unparsed critique hides the lessons and
+  counts no use; the reference hides them too but credits their generation with the plain
+  outcome (``memory_integration_mixin.py`` lines 108-129, 402-403).
 * **Advantage** (reference ``memory_reward_normalization: {grouping: batch, method: mean}``,
   ``memory_adv_estimator: reinforce``): ``A = r - mean(r over the extractor batch)``, times the
   manager's one training-count weight (:meth:`~comprl_gym.experience.ExperienceManager.
