@@ -334,9 +334,13 @@ def test_distill_per_group_keeps_the_first_episodes_of_each_group():
     ]  # fmt: skip
     settings = ExperienceSettings(distill="without_experience", distill_per_group=1)
     assert [e.episode_id for e in distilled_episodes(runs, settings)] == ["0", "4", "8"]
-    two = dataclasses.replace(settings, distill_per_group=2, distill_balance="outcome")
-    # 0 1 | 4 5 | 8 9 picked; wins 1 and 5; the last two losses kept beside them
-    assert [e.episode_id for e in distilled_episodes(runs, two)] == ["1", "5", "8", "9"]
+    # Balanced: group 0 (0 lost, 1 won) gives its win (a tie picks a win), group 1 (4 lost,
+    # 5 won) a loss (wins lead), group 2 (8, 9 lost) a loss though losses lead: no group is
+    # left out to balance the rest.
+    balanced = dataclasses.replace(settings, distill_balance="outcome")
+    assert [e.episode_id for e in distilled_episodes(runs, balanced)] == ["1", "4", "8"]
+    two = dataclasses.replace(balanced, distill_per_group=2)
+    assert [e.episode_id for e in distilled_episodes(runs, two)] == ["0", "1", "4", "5", "8", "9"]
     with pytest.raises(ConfigurationError, match="distill_per_group"):
         ExperienceSettings(distill_per_group=-1)
 

@@ -181,8 +181,9 @@ class ExperienceSettings(ExperienceConfig):
     distill_balance: Literal["none", "outcome"] = "none"
     #: Trajectories the extractor reads per task group in ``distill: group`` mode.
     experiences_per_group: int = 1
-    #: At most this many of the trajectories ``distill`` picks per task group, the first in
-    #: play order, before ``distill_balance`` (0: all of them). With ``extractor_samples``
+    #: At most this many of the trajectories ``distill`` picks per task group (0: all of
+    #: them): the first in play order, or with ``distill_balance: outcome`` each pick of the
+    #: outcome picked less often so far in the iteration, where its group has one. With ``extractor_samples``
     #: lessons about each, one per group keeps the lessons a group's later visit reads to
     #: those about one episode, which ``extractor_baseline: context`` compares.
     distill_per_group: int = 0

@@ -156,9 +156,10 @@ def distilled_episodes(
     short, none of the others. ``without_experience``: every episode played without
     experience and not cut short. ``group``: per task group, the ``experiences_per_group``
     most informative episodes (a win first when the group has wins and losses). With
-    ``experience.distill_per_group: N`` at most the first N of each group are kept. With
-    ``experience.distill_balance: outcome`` as many won as lost episodes are kept: the last
-    ones of the commoner outcome, in play order.
+    ``experience.distill_per_group: N`` at most N of each group are kept: the first ones, or
+    with ``distill_balance: outcome`` each of the outcome picked less often so far where the
+    group has one. Otherwise ``experience.distill_balance: outcome`` keeps as many won as lost
+    episodes: the last ones of the commoner outcome, in play order.
 
     Example (six episodes without experience, two of them won):
         >>> from comprl_gym.trainers.config import ExperienceSettings
@@ -181,13 +182,7 @@ def distilled_episodes(
             ordered = sorted(group, key=lambda e: (not e.won, e.episode_id))
             chosen += ordered[: max(1, settings.experiences_per_group)]
     if settings.distill_per_group:
-        per_group: dict[int, int] = {}
-        kept = []
-        for episode in chosen:  # in play order
-            per_group[episode.group] = per_group.get(episode.group, 0) + 1
-            if per_group[episode.group] <= settings.distill_per_group:
-                kept.append(episode)
-        chosen = kept
+        return _per_group(chosen, settings.distill_per_group, settings.distill_balance == "outcome")
     if settings.distill_balance == "outcome":
         won = [e for e in chosen if e.won]
         lost = [e for e in chosen if not e.won]
@@ -195,6 +190,28 @@ def distilled_episodes(
         keep = {id(e) for e in won[len(won) - n :] + lost[len(lost) - n :]}
         chosen = [e for e in chosen if id(e) in keep]
     return chosen
+
+
+def _per_group(chosen: list[Trajectory], per_group: int, balance: bool) -> list[Trajectory]:
+    """At most ``per_group`` of each group's ``chosen`` episodes, in play order. With
+    ``balance`` each pick takes, where its group has one, an episode of the outcome picked
+    less often so far (a win first on a tie): as many won as lost as the groups allow, and no
+    group left out for it."""
+    groups: dict[int, list[Trajectory]] = {}
+    for episode in chosen:
+        groups.setdefault(episode.group, []).append(episode)
+    picked: list[Trajectory] = []
+    for group in groups.values():
+        left = list(group)
+        for _ in range(min(per_group, len(left))):
+            episode = left[0]
+            if balance:
+                wins = sum(e.won for e in picked)
+                wanted = wins <= len(picked) - wins
+                episode = next((e for e in left if e.won == wanted), left[0])
+            left.remove(episode)
+            picked.append(episode)
+    return sorted(picked, key=chosen.index)
 
 
 class ScoredGeneration(NamedTuple):
