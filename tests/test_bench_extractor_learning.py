@@ -192,3 +192,10 @@ def test_the_passing_learner_is_judged_by_its_greedy_choice():
     assert greedy["meets_the_bar"] is False  # not above the copier after a win
     assert bench.probe_summary([rule_at_heart, west_at_heart, RULE], read="greedy")["meets_the_bar"]
     assert "greedy_right_won" not in bench.probe_summary([RULE, COPY, RULE])["trained"]["counts"]
+    # the sides its greedy choice names: the stairs' side, whichever way the walk went
+    assert bench.greedy_cells(rule_at_heart["verdicts"]) == {
+        "walked east, lost": {"east": 0, "west": 8},
+        "walked east, won": {"east": 8, "west": 0},
+        "walked west, lost": {"east": 8, "west": 0},
+        "walked west, won": {"east": 0, "west": 8},
+    }

@@ -194,6 +194,85 @@ def probe_rescored_table() -> str:
     return table(head, rows)
 
 
+def passing_learner_table() -> str:
+    """The rerun with the learner that passed the ladder (``extractor_learning_context.json``):
+    per seed, the trained extractor's and the frozen one's greedy choice right after a win and
+    after a loss (Wilson), the mean P(right), the trained minus the frozen one paired over the
+    probe episodes, and the bar."""
+    study = result("extractor_learning_context.json")
+    rows = []
+    for seed, data in study["seeds"].items():
+        if "trained" not in data:  # not probed yet
+            continue
+        for key in ("trained", "frozen"):
+            w = data[key]
+            c = w["counts"]
+            versus = data["trained_minus_frozen"] if key == "trained" else None
+            rows.append(
+                [
+                    f"seed {seed}",
+                    key,
+                    f"{interval(w['greedy_right_after_won'])} ({c['greedy_right_won']}/{c['won']})",
+                    f"{interval(w['greedy_right_after_lost'])} ({c['greedy_right_lost']}/{c['lost']})",
+                    f"{w['p_right_after_won']['mean']:.2f} / {w['p_right_after_lost']['mean']:.2f}",
+                    paired_cell(versus["after_won"]) if versus else "",
+                    paired_cell(versus["after_lost"]) if versus else "",
+                    ("yes" if data["meets_the_bar"] else "no") if versus else "",
+                ]
+            )
+    head = [
+        "run",
+        "extractor",
+        "greedy right after a win",
+        "greedy right after a loss",
+        "mean P(right), win / loss",
+        "trained minus frozen, after a win",
+        "after a loss",
+        "meets the bar",
+    ]
+    return table(head, rows)
+
+
+def passing_learner_curve_table() -> str:
+    """The probe each passing-learner run logged every 5 iterations: greedy right after a win
+    / after a loss (16 each), beside the ladder's perfect-credit climb of the same learner
+    (greedy right of all 32, at the same number of updates: iteration - 1)."""
+    study = result("extractor_learning_context.json")
+    columns: dict[str, dict[int, str]] = {}
+    for seed, data in study["seeds"].items():
+        columns[f"seed {seed}"] = {
+            r["iteration"]: f"{round(16 * r['probe_greedy_won'])} / "
+            f"{round(16 * r['probe_greedy_lost'])}"
+            for r in data["curve"]
+            if r.get("probe_greedy_won") is not None
+        }
+    for seed, data in study["perfect_credit"].items():
+        columns[f"perfect credit (ladder), seed {seed}, of 32"] = {
+            p["updates"] + 1: str(p["greedy_right"]) for p in data["curve"]
+        }
+    iterations = sorted({i for cells in columns.values() for i in cells})
+    rows = [[str(i)] + [cells.get(i, "") for cells in columns.values()] for i in iterations]
+    return table(["iteration", *columns], rows)
+
+
+def passing_learner_sides_table() -> str:
+    """The side each passing-learner run's extractor names greedily per (walked side,
+    outcome) cell, as east / west, beside the frozen one's (``extractor_learning_context.
+    json``; the sampled sides are near a coin at temperature 10 and are not shown)."""
+    study = result("extractor_learning_context.json")
+    rows = []
+    for seed, data in study["seeds"].items():
+        if "greedy_sides" in data:
+            for key in ("frozen", "trained"):
+                named = data["greedy_sides"][key]
+                rows.append(
+                    [f"seed {seed}", key]
+                    + [f"{named[c]['east']} / {named[c]['west']}" for c in sorted(named)]
+                )
+    cells = sorted(next(iter(study["seeds"].values()))["greedy_sides"]["trained"])
+    return table(["run", "extractor", *cells], rows)
+
+
 #: Table name (the page's ``<!-- generated: NAME -->``) -> its renderer.
 TABLES: dict[str, Callable[[], str]] = {
     "extractor-learning": extractor_learning_table,
@@ -202,4 +281,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "extractor-learning-windows": extractor_learning_windows_table,
     "extractor-learning-representation": extractor_learning_representation_table,
     "probe-rescored": probe_rescored_table,
+    "extractor-learning-passing": passing_learner_table,
+    "extractor-learning-passing-curve": passing_learner_curve_table,
+    "extractor-learning-passing-sides": passing_learner_sides_table,
 }

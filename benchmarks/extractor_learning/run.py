@@ -166,6 +166,18 @@ def cells(verdicts: list[dict]) -> dict:
     return dict(sorted(out.items()))
 
 
+def greedy_cells(verdicts: list[dict]) -> dict:
+    """Per (walked side, outcome): how many greedy choices named east and west (the side the
+    judge's greedy verdict implies about the episode's dungeon)."""
+    out: dict = {}
+    for v in verdicts:
+        stairs = dungeon(v["task_id"]).side
+        named = stairs if v["greedy"] == "right" else {"east": "west", "west": "east"}[stairs]
+        key = f"walked {v['walked']}, {'won' if v['won'] else 'lost'}"
+        out.setdefault(key, {"east": 0, "west": 0})[named] += 1
+    return dict(sorted(out.items()))
+
+
 def writer_summary(report: dict) -> dict:
     """A probe report's rates (its own Wilson intervals), counts and the sides it named."""
     verdicts = report["verdicts"]
@@ -327,8 +339,15 @@ def run_summary(folder: Path, read: str = "verdict") -> dict:
 
     probe_file = json.loads((folder / "probe.json").read_text())
     summary = Run(folder).summary
+    reports = probe_file["families"]["memory"]
+    greedy = (
+        {"greedy_sides": {w: greedy_cells(r["verdicts"]) for w, r in zip(WRITERS[:2], reports)}}
+        if read == "greedy"
+        else {}
+    )
     return {
-        **probe_summary(probe_file["families"]["memory"], read),
+        **probe_summary(reports, read),
+        **greedy,
         **out,
         "extractor_updates": summary["last"].get("extractor/updates"),
         "train_time_s": summary["train_time_s"],
