@@ -194,26 +194,36 @@ def probe_rescored_table() -> str:
     return table(head, rows)
 
 
+def _passing_runs(study: dict) -> dict[str, dict[str, Any]]:
+    """The passing-learner study's probed runs: each seed, then each seed's continuation."""
+    runs = {f"seed {seed}": data for seed, data in study["seeds"].items()}
+    runs.update(
+        {
+            f"seed {seed}, to iteration {d['iterations']}": d
+            for seed, d in study.get("continued", {}).items()
+        }
+    )
+    return {run: data for run, data in runs.items() if "trained" in data}
+
+
 def passing_learner_table() -> str:
     """The rerun with the learner that passed the ladder (``extractor_learning_context.json``):
-    per seed, the trained extractor's and the frozen one's greedy choice right after a win and
+    per run, the trained extractor's and the frozen one's greedy choice right after a win and
     after a loss (Wilson), the mean P(right), the trained minus the frozen one paired over the
     probe episodes, and the bar."""
-    study = result("extractor_learning_context.json")
     rows = []
-    for seed, data in study["seeds"].items():
-        if "trained" not in data:  # not probed yet
-            continue
+    for run, data in _passing_runs(result("extractor_learning_context.json")).items():
         for key in ("trained", "frozen"):
             w = data[key]
             c = w["counts"]
             versus = data["trained_minus_frozen"] if key == "trained" else None
             rows.append(
                 [
-                    f"seed {seed}",
+                    run,
                     key,
                     f"{interval(w['greedy_right_after_won'])} ({c['greedy_right_won']}/{c['won']})",
-                    f"{interval(w['greedy_right_after_lost'])} ({c['greedy_right_lost']}/{c['lost']})",
+                    f"{interval(w['greedy_right_after_lost'])} "
+                    f"({c['greedy_right_lost']}/{c['lost']})",
                     f"{w['p_right_after_won']['mean']:.2f} / {w['p_right_after_lost']['mean']:.2f}",
                     paired_cell(versus["after_won"]) if versus else "",
                     paired_cell(versus["after_lost"]) if versus else "",
@@ -234,16 +244,17 @@ def passing_learner_table() -> str:
 
 
 def passing_learner_curve_table() -> str:
-    """The probe each passing-learner run logged every 5 iterations: greedy right after a win
-    / after a loss (16 each), beside the ladder's perfect-credit climb of the same learner
-    (greedy right of all 32, at the same number of updates: iteration - 1)."""
+    """The probe each passing-learner run logged every 5 iterations (its continuation's log
+    when there is one, which holds the first iterations too): greedy right after a win / after
+    a loss (16 each), beside the ladder's perfect-credit climb of the same learner (greedy
+    right of all 32, at the same number of updates: iteration - 1)."""
     study = result("extractor_learning_context.json")
     columns: dict[str, dict[int, str]] = {}
-    for seed, data in study["seeds"].items():
+    for seed in study["seeds"]:
         columns[f"seed {seed}"] = {
             r["iteration"]: f"{round(16 * r['probe_greedy_won'])} / "
             f"{round(16 * r['probe_greedy_lost'])}"
-            for r in data["curve"]
+            for r in _longest_run(study, seed)["curve"]
             if r.get("probe_greedy_won") is not None
         }
     for seed, data in study["perfect_credit"].items():
@@ -259,17 +270,13 @@ def passing_learner_sides_table() -> str:
     """The side each passing-learner run's extractor names greedily per (walked side,
     outcome) cell, as east / west, beside the frozen one's (``extractor_learning_context.
     json``; the sampled sides are near a coin at temperature 10 and are not shown)."""
-    study = result("extractor_learning_context.json")
-    rows = []
-    for seed, data in study["seeds"].items():
-        if "greedy_sides" in data:
-            for key in ("frozen", "trained"):
-                named = data["greedy_sides"][key]
-                rows.append(
-                    [f"seed {seed}", key]
-                    + [f"{named[c]['east']} / {named[c]['west']}" for c in sorted(named)]
-                )
-    cells = sorted(next(iter(study["seeds"].values()))["greedy_sides"]["trained"])
+    runs = _passing_runs(result("extractor_learning_context.json"))
+    cells = sorted(next(iter(runs.values()))["greedy_sides"]["trained"])
+    rows = [
+        [run, key] + [f"{named[c]['east']} / {named[c]['west']}" for c in cells]
+        for run, data in runs.items()
+        for key, named in data["greedy_sides"].items()
+    ]
     return table(["run", "extractor", *cells], rows)
 
 

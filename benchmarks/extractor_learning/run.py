@@ -126,19 +126,20 @@ def train_and_probe(seed: int, config: str = CONFIG) -> None:
     probe(folder)
 
 
-def continue_and_probe(seed: int, iterations: int) -> None:
-    """Train the seed's run on to ``iterations`` in a copy of its folder (the trainer's exact
-    resume), then probe the copy. A copy that already has its probe is kept as it is."""
-    source, folder = run_folder(seed), run_folder(seed, iterations)
+def continue_and_probe(seed: int, iterations: int, config: str = CONFIG) -> None:
+    """Train the seed's run of ``config`` on to ``iterations`` in a copy of its folder (the
+    trainer's exact resume), then probe the copy. A copy that already has its probe is kept
+    as it is."""
+    source, folder = run_folder(seed, config=config), run_folder(seed, iterations, config)
     if (folder / "probe.json").exists():
         return
     if not (source / "checkpoints").exists():
         raise SystemExit(f"{source} has no checkpoint to continue: train seed {seed} first")
     if not folder.exists():
         shutil.copytree(source, folder)
-        (folder / "probe.json").unlink(missing_ok=True)  # the 40-iteration probe is not this one
+        (folder / "probe.json").unlink(missing_ok=True)  # the shorter run's probe is not this one
     comprl_gym(
-        "train", "--config", CONFIG, "--set", f"seed={seed}", "--set", "resume=true",
+        "train", "--config", config, "--set", f"seed={seed}", "--set", "resume=true",
         "--set", f"iterations={iterations}", "--output-dir", str(folder),
     )  # fmt: skip
     probe(folder)
@@ -584,10 +585,10 @@ def representation_probe(writers: list[str]) -> dict:
     return out
 
 
-def continued_runs(seed: int) -> list[tuple[int, Path]]:
+def continued_runs(seed: int, config: str = CONFIG) -> list[tuple[int, Path]]:
     """The seed's continuations that were probed, ``(iterations, folder)``, fewest first."""
     found = []
-    for folder in RUNS.glob(f"{run_folder(seed).name}-*it"):
+    for folder in RUNS.glob(f"{run_folder(seed, config=config).name}-*it"):
         iterations = folder.name.rsplit("-", 1)[1].removesuffix("it")
         if iterations.isdigit() and (folder / "probe.json").exists():
             found.append((int(iterations), folder))
@@ -668,6 +669,16 @@ def passing_summary(seeds: list[int]) -> dict:
             }
             for seed in seeds
         },
+        # each seed's run trained on from its last checkpoint (``--continue-to``), the longest
+        "continued": {
+            str(seed): {
+                "seed": seed,
+                "iterations": runs[-1][0],
+                **run_summary(runs[-1][1], read="greedy"),
+            }
+            for seed in seeds
+            if (runs := continued_runs(seed, PASSING_CONFIG))
+        },
         "perfect_credit": perfect_credit_on_the_ladder(),
     }
 
@@ -680,6 +691,8 @@ def plot_passing(result: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.6))
     for seed, data in result["seeds"].items():
+        # its continuation's log when there is one: it holds the first iterations too
+        data = result.get("continued", {}).get(seed) or data
         rows = [r for r in data["curve"] if r.get("probe_greedy_won") is not None]
         xs = [r["iteration"] for r in rows]
         (line,) = axes[0].plot(
@@ -785,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=("committed", "passing"),
         default="committed",
         help=f"committed: {CONFIG}'s learner; passing: the learner that passed the ladder "
-        f"({PASSING_CONFIG}; only --seeds and --reuse apply)",
+        f"({PASSING_CONFIG}; only --seeds, --reuse and --continue-to apply)",
     )
     parser.add_argument(
         "--out",
@@ -831,6 +844,8 @@ def main(argv: list[str] | None = None) -> int:
                 train_and_probe(seed, PASSING_CONFIG)
             elif not (folder / "probe.json").exists():
                 probe(folder)
+        for seed in seeds if args.continue_to else []:
+            continue_and_probe(seed, args.continue_to, PASSING_CONFIG)
         write_result(args.out or PASSING_RESULT, passing_summary(seeds), plot_passing)
         return 0
     if args.perfect_credit:
