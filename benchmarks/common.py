@@ -57,6 +57,25 @@ def write_result(out: Path, result: dict, plot: Callable[[dict, Path], None]) ->
     print(f"wrote {out} and {out.with_suffix('.png').name}")
 
 
+def keep_records(folder: Path, names: Sequence[str], into: Path) -> list[Path]:
+    """Commit-ready copies of a run's per-episode records: each of ``names`` in ``folder``
+    gzipped to ``into/<folder name>-<name>.gz`` (no timestamp in the header, so an unchanged
+    record writes the same bytes). Names the folder lacks are skipped; returns the written."""
+    import gzip
+
+    from comprl_gym.utils import atomic_write_bytes
+
+    written = []
+    for name in names:
+        source = folder / name
+        if source.is_file():
+            target = into / f"{folder.name}-{name}.gz"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(target, gzip.compress(source.read_bytes(), mtime=0))
+            written.append(target)
+    return written
+
+
 @dataclass(frozen=True)
 class ReaderStudy:
     """Readers (name -> weights file) streamed by ``comprl-gym stream --config CONFIG`` on the

@@ -4,6 +4,8 @@ probe's 8 dungeons with the stairs east and 8 west, each walked both ways: 16 wo
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 from conftest import REPO_ROOT
 
@@ -199,3 +201,18 @@ def test_the_passing_learner_is_judged_by_its_greedy_choice():
         "walked west, lost": {"east": 8, "west": 0},
         "walked west, won": {"east": 0, "west": 8},
     }
+
+
+def test_kept_records_read_back_and_do_not_change_when_the_record_does_not(tmp_path):
+    from benchmarks.common import keep_records
+
+    run = tmp_path / "runs" / "seed0"
+    run.mkdir(parents=True)
+    (run / "probe.json").write_text('{"verdicts": []}')
+    into = tmp_path / "records"
+    [written] = keep_records(run, ("probe.json", "metrics.jsonl"), into)  # no log: skipped
+    assert written == into / "seed0-probe.json.gz"
+    first = written.read_bytes()
+    assert gzip.decompress(first) == b'{"verdicts": []}'
+    keep_records(run, ("probe.json",), into)
+    assert written.read_bytes() == first  # the same bytes: no timestamp in the header

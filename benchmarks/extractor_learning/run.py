@@ -37,7 +37,7 @@ import json
 import shutil
 from pathlib import Path
 
-from benchmarks.common import REPO, RESULTS, RUNS, comprl_gym, fresh, write_result
+from benchmarks.common import REPO, RESULTS, RUNS, comprl_gym, fresh, keep_records, write_result
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.evaluation.stats import paired_comparison
 from comprl_gym.families import family_spec
@@ -48,6 +48,8 @@ CONFIG = "configs/extractor-credit.yaml"
 #: known-answer ladder (issue 54.6), its runs under ``runs/extractor-credit-context-seedS``.
 PASSING_CONFIG = "configs/extractor-credit-context.yaml"
 PASSING_RESULT = RESULTS / "extractor_learning_context.json"
+#: Where its per-episode records are committed (gzipped probe reports and metrics logs).
+PASSING_RECORDS = RESULTS / "extractor-learning-context"
 #: The ladder's name for that learner, whose ``rule`` rung (the same probe episodes, a perfect
 #: reward) is the passing study's perfect-credit diagnostic.
 PASSING_VARIANT = "context-choices-t10-positive"
@@ -846,6 +848,11 @@ def main(argv: list[str] | None = None) -> int:
                 probe(folder)
         for seed in seeds if args.continue_to else []:
             continue_and_probe(seed, args.continue_to, PASSING_CONFIG)
+        # the per-episode records behind the result: each probe's verdicts and each run's log
+        for seed in seeds:
+            continued = [folder for _, folder in continued_runs(seed, PASSING_CONFIG)]
+            for folder in [run_folder(seed, config=PASSING_CONFIG), *continued]:
+                keep_records(folder, ("probe.json", "metrics.jsonl"), PASSING_RECORDS)
         write_result(args.out or PASSING_RESULT, passing_summary(seeds), plot_passing)
         return 0
     if args.perfect_credit:
