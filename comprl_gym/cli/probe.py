@@ -36,7 +36,7 @@ EXAMPLES = {
     "probe": """examples:
   comprl-gym probe --run runs/demo
   comprl-gym probe --extractor smollm2 --family memory --out probe.json
-  comprl-gym probe --config configs/memory-capable.yaml --out probe.json""",
+  comprl-gym probe --config configs/memory-writer.yaml --out probe.json""",
 }
 
 
