@@ -257,24 +257,29 @@ def test_the_memories_store_a_cases_actions_without_a_model(store):
     assert store.get_one(lost_id).title == "memory: lost"
 
 
+def shown_ids(store, seed: int, **injection) -> list[int]:
+    """The ids a `test` memory hall reset with ``seed`` is shown: one lesson (``inject_top_k``
+    1) from ``store``, chosen as ``injection`` (the wrapper's keyword arguments) says."""
+    env = ExperienceAugmentedEnv(
+        gym.make("comprl/Memory-Fork-v0", split="test"),
+        store,
+        inject_top_k=1,
+        search_budget=0,
+        report_outcomes=False,
+        **injection,
+    )
+    _, info = env.reset(seed=seed)
+    env.close()
+    return info["experience_ids"]
+
+
 def test_the_episodes_of_a_group_read_different_lessons(store):
     store.add(
         [f"In this hall try the branch number {i} first." for i in range(8)], env_family="memory"
     )
 
     def shown(sample_from, salt):
-        env = ExperienceAugmentedEnv(
-            gym.make("comprl/Memory-Fork-v0", split="test"),
-            store,
-            inject_top_k=1,
-            search_budget=0,
-            report_outcomes=False,
-            sample_from=sample_from,
-            sample_salt=salt,
-        )
-        _, info = env.reset(seed=3)
-        env.close()
-        return info["experience_ids"][0]
+        return shown_ids(store, 3, sample_from=sample_from, sample_salt=salt)[0]
 
     slots = range(8)  # a group of 8 episodes (the with-experience half of K=16)
     top = {shown(0, slot) for slot in slots}
@@ -298,20 +303,10 @@ def test_a_group_reads_every_lesson_about_its_own_task_in_turn(store):
     store.add(texts * 3, Provenance(task_ids=(other,)), env_family="memory")
 
     def shown(salt, seed=3, order="rotate", same_task=True):
-        env = ExperienceAugmentedEnv(
-            gym.make("comprl/Memory-Fork-v0", split="test"),
-            store,
-            inject_top_k=1,
-            search_budget=0,
-            report_outcomes=False,
-            sample_from=4,
-            sample_salt=salt,
-            inject_order=order,
+        return shown_ids(
+            store, seed, sample_from=4, sample_salt=salt, inject_order=order,
             same_task_only=same_task,
-        )
-        _, info = env.reset(seed=seed)
-        env.close()
-        return info["experience_ids"]
+        )  # fmt: skip
 
     # Four consecutive slots (one group's with-lesson half) read the four lessons once each,
     # and so does the next group's half.

@@ -45,26 +45,33 @@ def _learning_runs() -> dict[str, dict[str, Any]]:
     return runs
 
 
+def _rate_cells(writer: dict, rate: str) -> list[str]:
+    """A writer's ``rate`` (``right``: sampled, ``greedy_right``: its likeliest side) after a
+    win and after a loss: the Wilson interval and the count."""
+    c = writer["counts"]
+    return [
+        f"{interval(writer[f'{rate}_after_{o}'])} ({c[f'{rate}_{o}']}/{c[o]})"
+        for o in ("won", "lost")
+    ]
+
+
+def _versus_cells(data: dict, key: str) -> list[str]:
+    """The trained writer's row tail: minus the frozen one after a win and after a loss
+    (paired), and the bar; blank for the other writers."""
+    if key != "trained":
+        return ["", "", ""]
+    versus = data["trained_minus_frozen"]
+    bar = "yes" if data["meets_the_bar"] else "no"
+    return [paired_cell(versus["after_won"]), paired_cell(versus["after_lost"]), bar]
+
+
 def extractor_learning_table() -> str:
     """Per run: each writer's P(right | won) and P(right | lost) on the probe episodes, and
     the trained extractor minus the frozen one, paired (``extractor_learning.json``)."""
     rows = []
     for run, data in _learning_runs().items():
         for key, label in LEARNING_WRITERS.items():
-            w = data[key]
-            c = w["counts"]
-            versus = data["trained_minus_frozen"] if key == "trained" else None
-            rows.append(
-                [
-                    run,
-                    label,
-                    f"{interval(w['right_after_won'])} ({c['right_won']}/{c['won']})",
-                    f"{interval(w['right_after_lost'])} ({c['right_lost']}/{c['lost']})",
-                    paired_cell(versus["after_won"]) if versus else "",
-                    paired_cell(versus["after_lost"]) if versus else "",
-                    ("yes" if data["meets_the_bar"] else "no") if versus else "",
-                ]
-            )
+            rows.append([run, label, *_rate_cells(data[key], "right"), *_versus_cells(data, key)])
     head = [
         "run",
         "lesson writer",
@@ -215,19 +222,13 @@ def passing_learner_table() -> str:
     for run, data in _passing_runs(result("extractor_learning_context.json")).items():
         for key in ("trained", "frozen"):
             w = data[key]
-            c = w["counts"]
-            versus = data["trained_minus_frozen"] if key == "trained" else None
             rows.append(
                 [
                     run,
                     key,
-                    f"{interval(w['greedy_right_after_won'])} ({c['greedy_right_won']}/{c['won']})",
-                    f"{interval(w['greedy_right_after_lost'])} "
-                    f"({c['greedy_right_lost']}/{c['lost']})",
+                    *_rate_cells(w, "greedy_right"),
                     f"{w['p_right_after_won']['mean']:.2f} / {w['p_right_after_lost']['mean']:.2f}",
-                    paired_cell(versus["after_won"]) if versus else "",
-                    paired_cell(versus["after_lost"]) if versus else "",
-                    ("yes" if data["meets_the_bar"] else "no") if versus else "",
+                    *_versus_cells(data, key),
                 ]
             )
     head = [
