@@ -53,6 +53,10 @@ def config(output_dir: str, algorithm: str) -> dict:
             # as recorded: later credit options off (rejected answers were not trained on)
             "train_on_rejected": False,
             "train_cooldown_steps": 0,
+            # as recorded: the credit before the reference's became the default (2026-12-06)
+            "credit_window": "since_written",
+            "max_train_count": 3,
+            "train_weight_power": 0.5,
             "merge_interval_steps": 2,
             "async_extraction": False,
             "diversify": False,

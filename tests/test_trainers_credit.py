@@ -210,6 +210,40 @@ def test_a_batch_without_signal_uses_nothing_up(store):
     assert [g.times_trained for g in extractor.pending] == [1, 1]
 
 
+@pytest.mark.parametrize("window", ["since_trained", "since_written"])
+def test_the_credit_window_is_the_references_by_default(store, window):
+    # The reference pops a generation's credit buffer when it trains on it: a later training
+    # reads only the uses after. ``since_written`` reads every use since the lesson was written.
+    defaults = ExperienceSettings()
+    assert (defaults.credit_window, defaults.max_train_count) == ("since_trained", 0)
+    assert (defaults.train_weight_power, defaults.train_cooldown_steps) == (0.0, 0)
+    a, b = store.add(["lesson A about the west branch", "lesson B about the east branch"])
+    optimizer = PolicyOptimizer.from_settings(ModelSettings(model="tiny", lr=1e-2), loss=CISPO())
+    extractor = ExperienceExtractor(None, optimizer, store, settings(credit_window=window))
+    extractor.pending = [generation([a]), generation([b])]
+    for won in (True, True, False):
+        store.report_outcome([a], won=won)  # A: 2 of 3 -> r = 1/3
+    store.report_outcome([b], won=False)  # B: r = -1
+    assert extractor.train_step(actor_step=5)["reward_mean"] == pytest.approx((1 / 3 - 1) / 2)
+    store.report_outcome([a], won=False)  # one more use each: A lost, B won
+    store.report_outcome([b], won=True)
+    [r_a, r_b] = [extractor.reward_of(g) for g in extractor.pending]
+    if window == "since_trained":
+        assert (r_a, r_b) == (-1.0, 1.0)  # the one use since the training
+    else:
+        assert (r_a, r_b) == (pytest.approx(0.0), 0.0)  # A: 2 of 4 -> 0; B: 1 of 2 -> 0
+    extractor.train_step(actor_step=6)
+    if window == "since_trained":
+        # trained again on the new use; with nothing new since, neither is ready
+        assert [g.times_trained for g in extractor.pending] == [2, 2]
+        assert extractor.reward_batch(actor_step=7) == []
+    # a generation whose lessons left the store can never be credited again: dropped
+    store.delete([b])
+    store.report_outcome([a], won=True)
+    extractor.train_step(actor_step=8)
+    assert [g.written_ids for g in extractor.pending] == [[a]]
+
+
 def test_an_answer_that_wrote_nothing_trains_as_a_failure(store):
     episodes = [episode(0, True, True)]
     rejecting = ExperienceExtractor(

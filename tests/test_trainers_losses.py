@@ -232,9 +232,11 @@ def test_extractor_training_weights_come_from_the_managers_one_policy(tmp_path):
 
 
 def test_extractor_advantage_is_r_minus_the_batch_mean_times_the_weight(tmp_path):
-    settings = ExperienceSettings(min_uses=1, extractor_batch_size=8)
-    # the reference's training-count weight: power 0.5, cooldown 1 step
-    assert (settings.train_weight_power, settings.train_cooldown_steps) == (0.5, 1)
+    # the training-count weight the reference's config describes: power 0.5, cooldown 1 step
+    # (its launched pipeline never records a training, so the default here is 0 and 0)
+    settings = ExperienceSettings(
+        min_uses=1, extractor_batch_size=8, train_weight_power=0.5, train_cooldown_steps=1
+    )
     manager = ExperienceManager(tmp_path / "store", config=settings)
     a, b, c = manager.add(_lessons(3), vectors=_unit_vectors(3, 2))
     manager.report_outcome([a], won=True)  # r = +1

@@ -16,8 +16,8 @@ class ExperienceConfig:
     """Every hyperparameter of the store, the manager and the merging loop.
 
     Defaults follow the Complementary RL reference (query batch 32 / 5 ms, diversification
-    lambda 0.4 over a 300 s window with 0.5 dropout and 16x candidates; training weight
-    ``(1 + count) ** -0.5`` with a 1-step cooldown; merging every 5 steps in chunks of 5). The trainers'
+    lambda 0.4 over a 300 s window with 0.5 dropout and 16x candidates; every training weight
+    1, as its launched pipeline runs; merging every 5 steps in chunks of 5). The trainers'
     :class:`~comprl_gym.trainers.config.ExperienceSettings` extends this class with the
     training-loop knobs only, so every knob has one owner.
 
@@ -71,11 +71,14 @@ class ExperienceConfig:
 
     # ---- extractor training -----------------------------------------------------------------
     #: Sample weight of an experience for extractor training: ``(1 + training_count)**-power``;
-    #: 0 disables the down-weighting (reference ``memory_repeat_weight_power`` 0.5).
-    train_weight_power: float = 0.5
+    #: 0 (default) disables the down-weighting. The reference's config sets
+    #: ``memory_repeat_weight_power: 0.5``, but its launched pipeline never records a training
+    #: (``record_training`` is called only by ``knowledge_model_pipeline.py``), so every weight
+    #: it applies is 1: 0 here runs as it runs; 0.5 is the weight its config describes.
+    train_weight_power: float = 0.0
     #: An experience trained on fewer than this many actor steps ago gets weight 0 (cooldown;
-    #: reference ``memory_repeat_cooldown_steps: 1``).
-    train_cooldown_steps: int = 1
+    #: reference ``memory_repeat_cooldown_steps: 1``, inert there for the same reason: 0).
+    train_cooldown_steps: int = 0
     #: Lowest :func:`~comprl_gym.lessons.quality.lesson_quality` score (0-1, the fraction of
     #: its four checks passed) of a lesson the extractor may write; 0 writes everything.
     min_quality: float = 0.0

@@ -254,8 +254,16 @@ class ExperienceSettings(ExperienceConfig):
     train_on_rejected: bool = True
     #: An experience needs this many actor trajectories that used it before it is rewarded.
     min_uses: int = 1
-    #: Drop an extractor generation from training after it was trained on this many times.
-    max_train_count: int = 3
+    #: Which uses make a generation's ``r``: ``since_trained`` (the reference: its credit
+    #: buffer entry is emptied when it is trained, so each training reads only the uses since
+    #: the one before; ``multi_agentic_pipeline.py`` pops the trained generations) or
+    #: ``since_written`` (every use since it wrote its lessons, a running mean that each later
+    #: training reads again).
+    credit_window: Literal["since_trained", "since_written"] = "since_trained"
+    #: Drop an extractor generation from training after it was trained on this many times
+    #: (0: never, the reference's). Either way a generation whose lessons have all left the
+    #: store is dropped: nothing can use them again.
+    max_train_count: int = 0
     #: Run extraction, extractor training and merging in a background thread, overlapping the
     #: actor's update. False runs them in line after the rollouts: exactly repeatable.
     async_extraction: bool = True
@@ -293,6 +301,10 @@ class ExperienceSettings(ExperienceConfig):
             raise ConfigurationError(
                 "experience.cispo_eps_low must be in [0, 1) and cispo_eps_high >= 0, got "
                 f"{self.cispo_eps_low} and {self.cispo_eps_high}"
+            )
+        if self.max_train_count < 0:
+            raise ConfigurationError(
+                f"experience.max_train_count must be >= 0 (0: no limit), got {self.max_train_count}"
             )
         if self.distill_per_group < 0:
             raise ConfigurationError(

@@ -123,7 +123,7 @@ class ExtractorGeneration:
     actor_step: int
     times_trained: int = 0
     #: Batches it was in that took no step (no signal): it goes behind fresher samples, and
-    #: after ``max_train_count`` such batches it is forgotten.
+    #: after ``max_train_count`` such batches (when that is set) it is forgotten.
     times_skipped: int = 0
     kind: str = "extract"
     baseline: tuple[int, int] = (0, 0)
@@ -549,7 +549,16 @@ class ExperienceExtractor:
 
     def _trainable_again(self, generation: ExtractorGeneration) -> bool:
         limit = self._max_train_count(generation)
+        if not limit:
+            return True
         return generation.times_trained < limit and generation.times_skipped < limit
+
+    def _still_usable(self, generation: ExtractorGeneration) -> bool:
+        """Whether a later use can still credit ``generation``: a fixed reward (refinement,
+        rejection) or some lesson it wrote still in the store."""
+        if generation.kind in ("refine", "rejected") or not generation.written_ids:
+            return True
+        return bool(self.manager.get(list(generation.written_ids)))
 
     def reward_of(
         self, generation: ExtractorGeneration, baseline: str | None = None
@@ -560,6 +569,10 @@ class ExperienceExtractor:
         if generation.kind in ("refine", "rejected"):
             return generation.reward
         if (baseline or self.settings.extractor_baseline) == "paired":
+            if self.settings.credit_window == "since_trained" and (
+                self.reward_of(generation, "batch") is None
+            ):
+                return None  # no use since it was last trained: nothing new to credit
             return self.paired_reward(generation.written_ids)
         return credit.generation_reward(
             self.manager,
@@ -694,8 +707,17 @@ class ExperienceExtractor:
                     "r_paired": self.reward_of(generation, "paired"),
                 }
             )
+        if stepped and self.settings.credit_window == "since_trained":
+            for generation, _ in ready:
+                # The reference empties a generation's credit once it is trained: the next
+                # training reads only the uses that come after this one.
+                found = self.manager.get(list(generation.written_ids))
+                generation.baseline = (sum(e.uses for e in found), sum(e.wins for e in found))
+                generation.critic_adjustment = 0.0
         # Generations that can never be trained again are forgotten.
-        self.pending = [g for g in self.pending if self._trainable_again(g)]
+        self.pending = [
+            g for g in self.pending if self._trainable_again(g) and self._still_usable(g)
+        ]
         rewards = [s.meta["reward"] for _, s in ready]
         stats["reward_mean"] = sum(rewards) / len(rewards)
         stats["batch"] = len(ready)
