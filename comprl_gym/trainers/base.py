@@ -56,6 +56,7 @@ from comprl_gym.trainers.run_loop import RunLoop
 from comprl_gym.trainers.run_metrics import RunMetrics
 from comprl_gym.trainers.tasks import TaskDealer
 from comprl_gym.trainers.warmup import check_warmup
+from comprl_gym.utils import return_freed_memory
 
 
 class Trainer(
@@ -101,6 +102,8 @@ class Trainer(
         self.output_dir = Path(config.output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(config.seed)
+        # A training step's freed tensors go back to the system, not into a growing heap.
+        return_freed_memory()
         if config.torch_threads > 0:
             import torch
 
