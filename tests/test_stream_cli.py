@@ -317,3 +317,20 @@ def test_the_leaderboard_ranks_a_training_pool_stream_apart_and_shows_each_pool(
     assert main(["leaderboard", str(folders["held"]), "--out", str(board_dir)]) == 0
     board = json.loads((board_dir / "leaderboard.json").read_text())
     assert board["rows"][0]["pool"] == "train (training pool)"
+
+
+def test_first_task_plays_a_pools_later_dungeons_and_none_of_its_first(tmp_path, capsys):
+    """--first-task 5 --tasks 2: reset seeds 5 and 6, the pool's 6th and 7th dungeons (a
+    second table on the rest of a pool touches none of the dungeons a first one played)."""
+    out = tmp_path / "later"
+    argv = ["stream", "--env", "comprl/Memory-Fork-v0", "--split", "test", "--tasks", "2"]
+    argv += ["--first-task", "5", "--visits", "1", "--agent", f"{__name__}:EastUnlessTold"]
+    assert main([*argv, "--output-dir", str(out), "--no-progress"]) == 0
+    played = [r["task_id"] for r in _records(out)]
+    assert played == [dungeon(index).task_id("fork") for index in list(pool("test"))[5:7]]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stream"]["first_task"], summary["stream"]["tasks"]) == (5, 2)
+    bad = ["stream", "--env", "comprl/Memory-Fork-v0", "--tasks", "1", "--first-task", "-1"]
+    argv = [*bad, "--agent", "random", "--output-dir", str(tmp_path / "bad"), "--no-progress"]
+    assert main(argv) != 0
+    assert "--first-task must be >= 0, got -1" in capsys.readouterr().err

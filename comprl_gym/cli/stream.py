@@ -117,6 +117,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
         env_id=args.env,
         agent=args.agent or "",
         tasks=args.tasks,
+        first_task=args.first_task,
         visits=args.visits,
         arms=[a.strip() for a in args.arms.split(",") if a.strip()],
         env_kwargs=env_kwargs,
@@ -202,6 +203,13 @@ def add_stream(sub: Any) -> None:
     )
     p.add_argument(
         "--tasks", type=int, required=True, help="held-out tasks: reset seeds 0..N-1 of the pool"
+    )
+    p.add_argument(
+        "--first-task",
+        type=int,
+        default=0,
+        help="start at this reset seed: --tasks N plays seeds F..F+N-1 (a pool's later "
+        "tasks, untouched by a stream of its first ones; default 0)",
     )
     p.add_argument("--visits", type=int, default=2, help="visits to each task (default 2)")
     p.add_argument(

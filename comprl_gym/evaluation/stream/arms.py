@@ -69,6 +69,8 @@ def check_arms(config: StreamConfig, family: FamilySpec | None, has_own: bool) -
         raise ConfigurationError(f"--versus names arm(s) {compared} not in --arms {config.arms}")
     if config.tasks < 1 or config.visits < 1:
         raise ConfigurationError("--tasks and --visits must be at least 1")
+    if config.first_task < 0:
+        raise ConfigurationError(f"--first-task must be >= 0, got {config.first_task}")
 
 
 def build_arms(
@@ -78,7 +80,7 @@ def build_arms(
     stores: Path,
 ) -> list[Arm]:
     """The arms of ``config``, their stores under ``stores`` (fixed ones filled now)."""
-    tasks = list(range(config.tasks))
+    tasks = config.task_seeds
     fixed = [a for a in config.arms if family is not None and a in family.lessons.fixed]
     ids = task_ids(config.env_spec(), tasks) if fixed else []
     arms = []

@@ -23,7 +23,7 @@ class StreamConfig:
         agent: the agent spec (as ``comprl-gym eval`` takes it), or a label for an agent the
             caller passes to :func:`~comprl_gym.evaluation.stream.run.run_stream` (a trained
             run's actor).
-        tasks: held-out tasks: reset seeds ``0..tasks-1``.
+        tasks: held-out tasks: reset seeds ``first_task..first_task+tasks-1``.
         visits: visits to each task.
         arms: lesson sources (:mod:`~comprl_gym.evaluation.stream.arms`); ``none`` is added
             first if missing.
@@ -39,6 +39,8 @@ class StreamConfig:
         run: the training run the actor or the ``own`` arm's extractor came from.
         versus: ``(treatment, control)`` pairs of arms compared episode by episode besides
             every arm against ``none``: a memory against its placebo (``("own", "coin")``).
+        first_task: the first reset seed: a pool's later tasks, never touched by a stream of
+            its first ones (a second sealed table on the rest of a sealed pool).
     """
 
     env_id: str
@@ -55,10 +57,16 @@ class StreamConfig:
     progress: bool = True
     run: str | None = None
     versus: list[tuple[str, str]] = field(default_factory=list)
+    first_task: int = 0
 
     def __post_init__(self) -> None:
         self.arms = [NONE, *(a for a in dict.fromkeys(self.arms) if a != NONE)]
         self.versus = [(str(a), str(b)) for a, b in self.versus]
+
+    @property
+    def task_seeds(self) -> list[int]:
+        """The reset seeds of the tasks streamed, in order."""
+        return list(range(self.first_task, self.first_task + self.tasks))
 
     @property
     def seeds(self) -> list[int]:

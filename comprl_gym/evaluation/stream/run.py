@@ -115,7 +115,7 @@ def run_stream(
     try:
         records = run_streaming(
             spec,
-            list(range(config.tasks)),
+            config.task_seeds,
             config.visits,
             arms,
             agent,
@@ -139,6 +139,7 @@ def run_stream(
         "env_id": config.env_id,
         "env_kwargs": config.env_kwargs,
         "tasks": config.tasks,
+        "first_task": config.first_task,
         "visits": config.visits,
         "arms": config.arms,
         "seed": config.seed,
