@@ -76,6 +76,26 @@ def test_each_methods_deployed_arm_pairs_seed_by_seed():
         method_table({"GRPO": grpo}, ["static"])
 
 
+def test_the_seed_level_interval_takes_each_training_seed_as_one_observation():
+    """Worked by hand. Five seeds of ten tasks; treatment minus control per seed +0.1, +0.2,
+    0.0, +0.3, +0.1: mean 0.14, sd sqrt(0.052 / 4) = 0.1140, t(0.975, 4) = 2.7764, half width
+    2.7764 x 0.1140 / sqrt 5 = 0.1416, so [-0.0016, +0.2816]: it includes 0 although the
+    pooled 50 pairs (7 discordant, all one way: McNemar p 2/128) do not."""
+    wins = [1, 2, 0, 3, 1]
+    control = [run(s, "grpo", {"none": [0] * 10}) for s in range(5)]
+    treatment = [run(s, "complementary", {"none": [0] * 10, "own": [1] * w + [0] * (10 - w)})
+                 for s, w in enumerate(wins)]  # fmt: skip
+    vs = method_table({"GRPO": control, "CRL": treatment}, ["GRPO"])["rows"][1]["versus"]["GRPO"]
+    cell = vs["between_seeds"]["1"]
+    assert (cell["n"], cell["method"]) == (5, "student-t")
+    assert cell["mean"] == pytest.approx(0.14)
+    assert (cell["low"], cell["high"]) == (pytest.approx(-0.0016, abs=1e-4),
+                                            pytest.approx(0.2816, abs=1e-4))  # fmt: skip
+    pooled_cell = vs["this_minus_that"]["1"]
+    assert pooled_cell["difference"]["low"] > 0
+    assert pooled_cell["mcnemar_p"] == pytest.approx(2 / 128)
+
+
 def test_pooled_runs_pair_each_task_only_with_its_partner_run():
     """Worked by hand: pair 1 has task 0 won 1 against 0 and task 1 won 1 against 1; pair 2
     reuses task index 0 (another seed: won 0 against 1). Pooled: 3 pairs, 2 - 2 wins = 0;

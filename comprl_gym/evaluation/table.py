@@ -10,7 +10,9 @@ extractor (GRPO's ``none``). Per method:
   the seeds' episodes pooled (Wilson), and each seed's own rate at the last visit;
 - the deployed arm minus each ``versus`` method's deployed arm, paired episode by episode on
   common random numbers (the same reset and sampling seed per (seed, task, visit)), per seed
-  and pooled over the seeds both ran (Newcombe's interval, McNemar's exact p; :func:`pooled`);
+  and pooled over the seeds both ran (Newcombe's interval, McNemar's exact p; :func:`pooled`),
+  and between seeds (each seed's paired difference one observation, a t interval: the
+  training seed as the unit, which the pooled interval is not);
 - the deployed arm minus the same runs' ``none`` (what its lessons do to its own actor);
 - where the family judges lessons, what its extractor wrote: lessons naming the right side in
   the training store and in the held-out store, and the CISPO batches that carried a gradient.
@@ -38,6 +40,13 @@ of 4 at visit 1, GRPO's none 2 of 4; paired, +0.25):
     ('own', 0.75)
     >>> row["versus"]["GRPO"]["this_minus_that"]["1"]["difference"]["mean"]
     0.25
+
+    With the training seed as the unit, the seeds' differences are +0.5 and 0.0: mean 0.25,
+    and Student's t with one degree of freedom (12.7 x 0.354 / sqrt 2 = 3.18) spans every
+    difference there is:
+    >>> cell = row["versus"]["GRPO"]["between_seeds"]["1"]
+    >>> cell["mean"], cell["low"], cell["high"], cell["n"], cell["method"]
+    (0.25, -1.0, 1.0, 2, 'student-t')
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from comprl_gym.core import DataError
+from comprl_gym.evaluation.stats import mean_ci
 from comprl_gym.evaluation.stream import compare_runs, streaming_summary
 from comprl_gym.utils import atomic_write_bytes
 
@@ -292,16 +302,28 @@ def method_row(name: str, runs: list[Run]) -> dict[str, Any]:
 
 def versus(mine: list[Run], theirs: list[Run]) -> dict[str, Any] | None:
     """Deployed minus deployed over the seeds both methods ran, paired per (seed, task,
-    visit): pooled and per seed. ``None`` when they share no seed."""
+    visit): pooled, per seed, and ``between_seeds`` per visit: the mean of the seeds' paired
+    differences with a Student-t interval over the seeds (:func:`~comprl_gym.evaluation.stats.
+    mean_ci`, bounded by -1 and 1), the training seed as the unit. ``None`` when they share no
+    seed."""
     by_seed = {r.seed: r for r in theirs}
     shared = [r for r in mine if r.seed in by_seed]
     if not shared:
         return None
     pairs = [(as_deployed(r), as_deployed(by_seed[r.seed])) for r in shared]
+    per_seed = {str(r.seed): pooled([pair], "deployed") for r, pair in zip(shared, pairs)}
+    this_minus_that = pooled(pairs, "deployed")
     return {
         "seeds": [r.seed for r in shared],
-        "this_minus_that": pooled(pairs, "deployed"),
-        "per_seed": {str(r.seed): pooled([pair], "deployed") for r, pair in zip(shared, pairs)},
+        "this_minus_that": this_minus_that,
+        "per_seed": per_seed,
+        "between_seeds": {
+            visit: mean_ci(
+                [cells[visit]["difference"]["mean"] for cells in per_seed.values()],
+                bounds=(-1.0, 1.0),
+            ).to_dict()
+            for visit in this_minus_that
+        },
     }
 
 
