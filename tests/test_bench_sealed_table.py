@@ -14,6 +14,7 @@ from conftest import REPO_ROOT
 from test_memory_recipes import TINY
 
 import comprl_gym  # noqa: F401  (registers the envs)
+from benchmarks.sealed_table import recompute
 from benchmarks.sealed_table import run as bench
 from comprl_gym.envs.memory import dungeon, pool
 from comprl_gym.envs.memory.dungeons import slug
@@ -54,6 +55,65 @@ def test_the_committed_plan_trains_on_train_dungeons_and_streams_the_sealed_ones
     streamed = list(pool("sealed"))[: plan["pool"]["tasks"]]
     assert sum(dungeon(i).side == "east" for i in streamed) == 65
     assert "dungeons 512-639, 65 with the" in bench.PLAN.read_text()
+
+
+CAPABLE = REPO_ROOT / "benchmarks" / "preregistered" / "capable_table.yaml"
+
+
+def test_the_capable_plan_streams_the_sealed_dungeons_the_first_left_with_seeds_as_unit(
+    monkeypatch,
+):
+    """Issue 56's plan: five methods, five seeds, the primary read between seeds; its pool is
+    reset seeds 128..255 of the sealed pool (dungeons 640-767, 63 east), none of which the
+    first plan's streams (seeds 0..127) played; its methods train on 16 `train` dungeons, 8
+    each side; the refined extractors are probed."""
+    monkeypatch.setattr(bench, "PLAN", bench.PLAN)
+    monkeypatch.setattr(bench, "RUNS", bench.RUNS)
+    bench.use_plan(CAPABLE)
+    plan = bench.load_plan()  # the reader's and the writer's registered sha256 checked
+    assert plan["seeds"] == [0, 1, 2, 3, 4] and plan["primary"]["unit"] == "training seed"
+    assert [m["name"] for m in plan["methods"]] == [
+        "GRPO", "static experience", "exemplar memory", "Complementary RL",
+        "Complementary RL, bare extractor",
+    ]  # fmt: skip
+    assert bench.RUNS == REPO_ROOT / "runs" / "capable-table"
+    env = gym.make(plan["pool"]["env"], split="sealed")
+    first, last = plan["pool"]["first_task"], plan["pool"]["first_task"] + plan["pool"]["tasks"]
+    assert [env.reset(seed=s)[1]["task_id"] for s in (first, last - 1)] == [
+        f"fork/{slug(dungeon(i).name)}" for i in (640, 767)
+    ]
+    env.close()
+    streamed = list(pool("sealed"))[first:last]
+    first_plan = yaml.safe_load(
+        (REPO_ROOT / "benchmarks/preregistered/sealed_table.yaml").read_text()
+    )
+    assert not set(streamed) & set(list(pool("sealed"))[: first_plan["pool"]["tasks"]])
+    assert sum(dungeon(i).side == "east" for i in streamed) == 63
+    for method in plan["methods"]:
+        command = bench.train_command(plan, method, 3)
+        overrides = [command[k + 1] for k, word in enumerate(command) if word == "--set"]
+        config = TrainConfig.from_yaml(REPO_ROOT / method["config"], overrides)
+        assert config.seed == 3 and config.env_kwargs["comprl/Memory-Fork-v0"]["split"] == "train"
+        trained = list(pool("train"))[: config.task_pool]
+        assert sum(dungeon(i).side == "east" for i in trained) == config.task_pool // 2 == 8
+        assert config.sensitivity_tasks == 16
+        stream = bench.stream_command(plan, method, 3)
+        assert stream[stream.index("--first-task") + 1] == "128"
+        assert stream[stream.index("--split") + 1] == "sealed"
+        if config.algorithm != "grpo":
+            assert config.experience.warmup_iterations == 2
+    folders = [path.name for path, _ in bench.steps(plan, [0])]
+    assert "probe-complementary-rl-seed0.json" in folders
+    assert "probe-complementary-rl-bare-extractor-seed0.json" in folders
+    assert not any(name.startswith("probe-grpo") for name in folders)
+
+
+def test_a_plan_whose_writer_is_not_the_registered_one_is_refused(tmp_path):
+    plan = yaml.safe_load(CAPABLE.read_text())
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({**plan, "writer": {**plan["writer"], "sha256": "1" * 64}}))
+    with pytest.raises(SystemExit, match="not the registered writer"):
+        bench.load_plan(path)
 
 
 def test_the_posthoc_reader_stream_is_the_plans_stream_of_the_untrained_reader():
@@ -201,6 +261,21 @@ def test_a_plan_with_another_reader_or_an_unknown_primary_is_refused(tmp_path, m
         bench.load_plan(path)
 
 
+def test_benches_sharing_a_plan_take_each_method_and_seed_once(tmp_path, monkeypatch):
+    """Two benches on one plan: a (method, seed) held by one is skipped by the other, its
+    training, probe and stream alike; released, it can be taken."""
+    monkeypatch.setattr(bench, "RUNS", tmp_path)
+    names = ["grpo-seed0", "stream-grpo-seed0", "probe-complementary-rl-seed3.json"]
+    assert [bench.unit_of(tmp_path / n) for n in names] == [
+        "grpo-seed0", "grpo-seed0", "complementary-rl-seed3",
+    ]  # fmt: skip
+    with bench.claimed("grpo-seed0") as first:
+        with bench.claimed("grpo-seed0") as second, bench.claimed("grpo-seed1") as other:
+            assert (first, second, other) == (True, False, True)
+    with bench.claimed("grpo-seed0") as again:
+        assert again
+
+
 def test_a_killed_training_run_resumes_and_a_killed_stream_starts_again(tmp_path, monkeypatch):
     ran = []
     monkeypatch.setattr(
@@ -228,7 +303,9 @@ def test_a_killed_training_run_resumes_and_a_killed_stream_starts_again(tmp_path
 
 
 @pytest.mark.slow
-def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(tmp_path, monkeypatch):
+def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(
+    tmp_path, monkeypatch, capsys
+):
     """Two methods (GRPO and the exemplar memory) at one seed on 2 `test` dungeons, tiny
     models from a tiny reader: the bench trains and streams each, records what ran, and writes
     the table with the primary cell; run again, it runs nothing."""
@@ -245,8 +322,9 @@ def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(tmp_path,
         pool={**plan["pool"], "split": "test", "tasks": 2},
         reader={"path": str(reader), "sha256": file_sha256(reader)},
         methods=[m for m in plan["methods"] if m["name"] in ("GRPO", "exemplar memory")],
-        primary={**plan["primary"], "treatment": "exemplar memory"},
+        primary={**plan["primary"], "treatment": "exemplar memory", "unit": "training seed"},
         output=str(tmp_path / "table"),
+        records=str(tmp_path / "records"),
     )
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
     monkeypatch.setattr(bench, "PLAN", tmp_path / "plan.yaml")
@@ -278,6 +356,22 @@ def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(tmp_path,
     streamed = bench.train_folder(grpo, 0) / "checkpoints" / record["checkpoint"]["name"]
     assert record["checkpoint"]["files"]["trainer.pt"] == file_sha256(streamed / "trainer.pt")
     assert "scripted ceiling (outcome_aware), visit 2" in (tmp_path / "table.md").read_text()
+    # by the training seed: one seed, so the interval is every difference there is
+    assert primary["unit"] == "training seed" and primary["between_seeds"]["n"] == 1
+    assert primary["holds"] == (primary["between_seeds"]["low"] > 0)
+    # the records are kept, and the table recomputes from them alone (runs/ moved away)
+    assert {name for name in result["records"]} >= {
+        str(tmp_path / "records" / "stream-grpo-seed0-episodes.jsonl.gz"),
+        str(tmp_path / "records" / "grpo-seed0-metrics.jsonl.gz"),
+    }
+    (tmp_path / "runs").rename(tmp_path / "gone")
+    assert recompute.main(["--plan", str(tmp_path / "plan.yaml")]) == 0
+    assert "recompute from the records" in capsys.readouterr().out
+    committed = json.loads((tmp_path / "table.json").read_text())
+    committed["rows"][1]["success"]["own"]["2"]["mean"] += 0.01  # one number edited
+    (tmp_path / "table.json").write_text(json.dumps(committed))
+    assert recompute.main(["--plan", str(tmp_path / "plan.yaml")]) == 1
+    (tmp_path / "gone").rename(tmp_path / "runs")
     ran = []
     monkeypatch.setattr(bench, "run_step", lambda folder, command: ran.append(folder))
     assert bench.main([]) == 0 and ran == []

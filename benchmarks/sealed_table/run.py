@@ -29,6 +29,13 @@ how often the actor's first move follows the side its visit-2 lesson names
 turns on that. It also streams GRPO's seed-0 actor on 64 dungeons of each development pool
 of :data:`POSTHOC_POOLS` (about 4 minutes each): does it ignore lessons there too?
 
+``--plan FILE`` runs another plan (issue 56's ``capable_table.yaml``): its ``runs`` folder,
+its pool's ``first_task``, a ``writer`` whose sha256 is checked like the reader's, methods whose
+extractor is probed after training (``probe: true``), a primary read between seeds (``unit:
+training seed``), and a ``records`` folder where every run's per-episode records are kept,
+gzipped, for :mod:`benchmarks.sealed_table.recompute`. Several benches may run one plan at
+once: each takes the (method, seed)s no other holds (a lock file per pair in the runs folder).
+
 Run:  python -m benchmarks.sealed_table.run              # whatever is not done yet
       python -m benchmarks.sealed_table.run --seeds 0    # only seed 0's runs
       python -m benchmarks.sealed_table.run --dry-run    # print the commands, run nothing
@@ -38,15 +45,19 @@ Run:  python -m benchmarks.sealed_table.run              # whatever is not done 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
+import re
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from benchmarks.common import CLI, REPO, finished
+from benchmarks.common import CLI, REPO, finished, keep_records
 from comprl_gym.envs.memory import dungeon
 from comprl_gym.envs.memory.dungeons import other_side
 from comprl_gym.envs.memory.judge import judge_lesson
@@ -65,10 +76,18 @@ PLAN_KEYS = (
 )  # fmt: skip
 
 
+def use_plan(path: Path) -> None:
+    """Make ``path`` the plan every function reads, and its ``runs`` folder (default
+    ``runs/sealed-table``) the one its runs go to."""
+    global PLAN, RUNS
+    PLAN = path.resolve()
+    RUNS = REPO / yaml.safe_load(PLAN.read_text()).get("runs", "runs/sealed-table")
+
+
 def load_plan(path: Path | None = None) -> dict[str, Any]:
     """The plan, checked for what the bench reads: every key, one entry per method name, the
-    primary comparison between two of its methods, a reader whose file has the registered
-    sha256."""
+    primary comparison between two of its methods, a reader (and a writer, where it names
+    one) whose file has the registered sha256."""
     path = path or PLAN
     plan = yaml.safe_load(path.read_text())
     missing = [k for k in PLAN_KEYS if k not in plan]
@@ -80,9 +99,11 @@ def load_plan(path: Path | None = None) -> dict[str, Any]:
     for role in ("treatment", "control"):
         if plan["primary"][role] not in names:
             raise SystemExit(f"{path}: primary {role} {plan['primary'][role]!r} is not a method")
-    reader = REPO / plan["reader"]["path"]
-    if file_sha256(reader) != plan["reader"]["sha256"]:
-        raise SystemExit(f"{reader}: not the registered reader (sha256 differs)")
+    for role in ("reader", "writer"):  # the writer: the capable extractor a plan names
+        if role in plan:
+            weights = REPO / plan[role]["path"]
+            if file_sha256(weights) != plan[role]["sha256"]:
+                raise SystemExit(f"{weights}: not the registered {role} (sha256 differs)")
     return plan
 
 
@@ -142,8 +163,9 @@ def control(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def slug(name: str) -> str:
-    """A method's folder name: ``"Complementary RL"`` -> ``complementary-rl``."""
-    return "-".join(name.lower().split())
+    """A method's folder name: ``"Complementary RL"`` -> ``complementary-rl``,
+    ``"Complementary RL, bare extractor"`` -> ``complementary-rl-bare-extractor``."""
+    return "-".join(re.findall(r"[a-z0-9]+", name.lower()))
 
 
 def relative(path: Path) -> str:
@@ -173,7 +195,9 @@ def stream_command(plan: dict[str, Any], method: dict[str, Any], seed: int) -> l
     pool = plan["pool"]
     return [
         "comprl-gym", "stream", "--env", pool["env"], "--split", pool["split"],
-        "--tasks", str(pool["tasks"]), "--visits", str(pool["visits"]),
+        "--tasks", str(pool["tasks"]),
+        *(["--first-task", str(pool["first_task"])] if pool.get("first_task") else []),
+        "--visits", str(pool["visits"]),
         *[arg for kv in pool["env_args"] for arg in ("--env-arg", kv)],
         "--max-steps", str(pool["max_steps"]), "--temperature", str(pool["temperature"]),
         "--seed", str(seed), "--run", relative(train_folder(method, seed)),
@@ -182,15 +206,58 @@ def stream_command(plan: dict[str, Any], method: dict[str, Any], seed: int) -> l
     ]  # fmt: skip
 
 
+def probe_file(method: dict[str, Any], seed: int) -> Path:
+    return RUNS / f"probe-{slug(method['name'])}-seed{seed}.json"
+
+
+def probe_command(method: dict[str, Any], seed: int) -> list[str]:
+    """``comprl-gym probe`` of a method's trained extractor (and its frozen start) on the
+    family's committed probe episodes, for a method whose plan entry says ``probe: true``."""
+    return [
+        "comprl-gym", "probe", "--run", relative(train_folder(method, seed)),
+        "--out", relative(probe_file(method, seed)),
+    ]  # fmt: skip
+
+
+def done(path: Path) -> bool:
+    """A step that ran to its end: a probe's file, or a run's ``summary.json``."""
+    return path.is_file() if path.suffix == ".json" else finished(path)
+
+
 def steps(plan: dict[str, Any], seeds: list[int]) -> list[tuple[Path, list[str]]]:
-    """Every (folder, command) of the given seeds, in the order they run: per seed, per
-    method, its training run, then its stream."""
+    """Every (folder or file, command) of the given seeds, in the order they run: per seed,
+    per method, its training run, the probe of its extractor where the plan asks for one,
+    then its stream."""
     out = []
     for seed in seeds:
         for method in plan["methods"]:
             out.append((train_folder(method, seed), train_command(plan, method, seed)))
+            if method.get("probe"):
+                out.append((probe_file(method, seed), probe_command(method, seed)))
             out.append((stream_folder(method, seed), stream_command(plan, method, seed)))
     return out
+
+
+def unit_of(folder: Path) -> str:
+    """The (method, seed) a step's folder or file belongs to: ``grpo-seed0`` for
+    ``grpo-seed0``, ``stream-grpo-seed0`` and ``probe-grpo-seed0.json``."""
+    return folder.name.removesuffix(".json").removeprefix("stream-").removeprefix("probe-")
+
+
+@contextlib.contextmanager
+def claimed(unit: str) -> Iterator[bool]:
+    """Whether this process holds ``unit``'s lock (``RUNS/.<unit>.lock``, released when the
+    block ends or the process dies); ``False`` while another bench holds it."""
+    with open(RUNS / f".{unit}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def run_step(folder: Path, command: list[str]) -> None:
@@ -198,7 +265,7 @@ def run_step(folder: Path, command: list[str]) -> None:
     stream from scratch (its unfinished folder moved aside)."""
     if folder.exists() and command[1] == "train" and (folder / "checkpoints").is_dir():
         command = [*command, "--set", "resume=true"]
-    elif folder.exists():
+    elif folder.exists() and command[1] != "probe":  # a probe writes its file when it ends
         aside = folder.with_name(f"{folder.name}.unfinished-{int(time.time())}")
         folder.rename(aside)
         print(f"moved the unfinished {folder.name} to {aside.name}")
@@ -228,36 +295,74 @@ def run_record(
     }
 
 
+def primary_cell(plan: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+    """The plan's primary comparison read from ``table`` (:func:`~comprl_gym.evaluation.table.
+    method_table`): pooled over the pairs, with McNemar's p, and between seeds, and whether it
+    held by the plan's unit: ``unit: training seed`` reads the between-seeds interval (the
+    seeds' paired differences, a t interval), otherwise the pooled one (the first plan's)."""
+    primary = plan["primary"]
+    visit = str(primary["visit"])
+    row = next(r for r in table["rows"] if r["method"] == primary["treatment"])
+    cell = row["versus"][primary["control"]]
+    pooled, seeds = cell["this_minus_that"][visit], cell["between_seeds"][visit]
+    by_seed = primary.get("unit") == "training seed"
+    return {
+        "comparison": f"{primary['treatment']} minus {primary['control']}, visit {visit}",
+        **pooled,
+        "between_seeds": seeds,
+        "per_seed": {s: c[visit]["difference"]["mean"] for s, c in cell["per_seed"].items()},
+        "unit": "training seed" if by_seed else "episode pair",
+        "holds": (seeds["low"] if by_seed else pooled["difference"]["low"]) > 0,
+    }
+
+
 def summarise(plan: dict[str, Any], commit: str) -> dict[str, Any]:
-    """The table of every method's streams, with the plan, its commit and the primary cell."""
+    """The table of every method's streams, with the plan, its commit and the primary cell;
+    where the plan names ``records``, every run's per-episode records are kept there,
+    compressed (:func:`keep_plan_records`), for :mod:`benchmarks.sealed_table.recompute`."""
     methods = {
         m["name"]: [load_run(stream_folder(m, seed)) for seed in plan["seeds"]]
         for m in plan["methods"]
     }
     others = [m["name"] for m in plan["methods"] if m["name"] != plan["primary"]["treatment"]]
-    primary = plan["primary"]
     extra = {
         "question": plan["question"],
         "plan": {"file": relative(PLAN), "commit": commit, "content": plan},
-        "pool_note": f"{plan['pool']['split']}: never used in development; reset seeds 0.."
-        f"{plan['pool']['tasks'] - 1} of it",
-        "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p",
+        "pool_note": f"{plan['pool']['split']}: never used in development; reset seeds "
+        f"{plan['pool'].get('first_task', 0)}.."
+        f"{plan['pool'].get('first_task', 0) + plan['pool']['tasks'] - 1} of it",
+        "interval": "Wilson 95% for rates; Newcombe's paired 95% and McNemar's exact p; "
+        "between seeds, Student's t over the seeds' paired differences",
         "runs": {
             m["name"]: {str(s): run_record(plan, m, s, commit) for s in plan["seeds"]}
             for m in plan["methods"]
         },
     }
-    row = next(
-        r for r in method_table(methods, others)["rows"] if r["method"] == primary["treatment"]
-    )
-    cell = row["versus"][primary["control"]]["this_minus_that"][str(primary["visit"])]
-    extra["primary"] = {
-        "comparison": f"{primary['treatment']} minus {primary['control']}, visit "
-        f"{primary['visit']}",
-        **cell,
-        "holds": cell["difference"]["low"] > 0,
-    }
+    extra["primary"] = primary_cell(plan, method_table(methods, others))
+    if plan.get("records"):
+        extra["records"] = keep_plan_records(plan)
     return write_table(REPO / plan["output"], methods, others, extra)
+
+
+#: What is kept of each (method, seed) for the recomputation: the stream's episodes, config and
+#: summary, the training run's summary and metrics (its lesson sensitivity every iteration).
+STREAM_RECORDS = ("episodes.jsonl", "config.json", "summary.json")
+TRAIN_RECORDS = ("summary.json", "metrics.jsonl")
+
+
+def keep_plan_records(plan: dict[str, Any]) -> list[str]:
+    """Every run's records, gzipped under the plan's ``records`` folder
+    (:func:`benchmarks.common.keep_records`), and each probe's file as it is; returns them,
+    relative to the checkout."""
+    into = REPO / plan["records"]
+    kept: list[Path] = []
+    for method in plan["methods"]:
+        for seed in plan["seeds"]:
+            kept += keep_records(stream_folder(method, seed), STREAM_RECORDS, into)
+            kept += keep_records(train_folder(method, seed), TRAIN_RECORDS, into)
+            if method.get("probe"):
+                kept += keep_records(RUNS, [probe_file(method, seed).name], into)
+    return [relative(p) for p in kept]
 
 
 def reader_stream_folder(seed: int) -> Path:
@@ -405,7 +510,15 @@ def main(argv: list[str] | None = None) -> int:
         help="after the table (not in the plan): stream the reader untrained, and write how "
         "often each actor's first move follows its lesson",
     )
+    parser.add_argument(
+        "--plan",
+        default="",
+        help="the plan file (default: the first sealed table's, "
+        "benchmarks/preregistered/sealed_table.yaml)",
+    )
     args = parser.parse_args(argv)
+    if args.plan:
+        use_plan(Path(args.plan))
     plan = load_plan()
     if args.posthoc:
         if not (REPO / f"{plan['output']}.json").is_file():
@@ -416,17 +529,28 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or plan["seeds"]
     if not set(seeds) <= set(plan["seeds"]):
         raise SystemExit(f"--seeds {seeds}: the plan's seeds are {plan['seeds']}")
-    pending = [(f, c) for f, c in steps(plan, seeds) if not finished(f)]
+    pending = [(f, c) for f, c in steps(plan, seeds) if not done(f)]
     if args.dry_run:
         for _, command in pending:
             print(as_recorded(command))
         return 0
     commit = registered_commit()
     RUNS.mkdir(parents=True, exist_ok=True)
-    for k, (folder, command) in enumerate(pending, 1):
-        print(f"[{k}/{len(pending)}] {folder.name}", flush=True)
-        run_step(folder, command)
-    left = [f.name for f, _ in steps(plan, plan["seeds"]) if not finished(f)]
+    units: dict[str, list[tuple[Path, list[str]]]] = {}
+    for folder, command in pending:
+        units.setdefault(unit_of(folder), []).append((folder, command))
+    for k, (unit, unit_steps) in enumerate(units.items(), 1):
+        # A (method, seed)'s steps run in one process, in order: several benches may share
+        # the plan's work, each taking the (method, seed)s no other holds.
+        with claimed(unit) as mine:
+            if not mine:
+                print(f"[{k}/{len(units)}] {unit}: another bench runs it", flush=True)
+                continue
+            for folder, command in unit_steps:
+                if not done(folder):  # another bench may have finished it meanwhile
+                    print(f"[{k}/{len(units)}] {folder.name}", flush=True)
+                    run_step(folder, command)
+    left = [f.name for f, _ in steps(plan, plan["seeds"]) if not done(f)]
     if left:
         print(f"{len(left)} steps of the plan are not done yet: {', '.join(left)}")
         return 0
