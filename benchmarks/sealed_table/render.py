@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.sealed_table import render_capable
 from benchmarks.tables import interval, p_value, result, table
 from comprl_gym.evaluation.table import markdown as method_table_markdown
 
@@ -133,10 +134,12 @@ def sealed_following_table() -> str:
     return table(head, rows)
 
 
-#: Table name (the page's ``<!-- generated: NAME -->``) -> its renderer.
+#: Table name (the page's ``<!-- generated: NAME -->``) -> its renderer: the first plan's, then
+#: the capable-extractor plan's (:mod:`benchmarks.sealed_table.render_capable`).
 TABLES: dict[str, Callable[[], str]] = {
     "sealed-table": sealed_table,
     "sealed-comparisons": sealed_comparisons_table,
     "sealed-runs": sealed_runs_table,
     "sealed-following": sealed_following_table,
+    **render_capable.TABLES,
 }
