@@ -269,9 +269,12 @@ def test_benches_sharing_a_plan_take_each_method_and_seed_once(tmp_path, monkeyp
     assert [bench.unit_of(tmp_path / n) for n in names] == [
         "grpo-seed0", "grpo-seed0", "complementary-rl-seed3",
     ]  # fmt: skip
-    with bench.claimed("grpo-seed0") as first:
-        with bench.claimed("grpo-seed0") as second, bench.claimed("grpo-seed1") as other:
-            assert (first, second, other) == (True, False, True)
+    with (
+        bench.claimed("grpo-seed0") as first,
+        bench.claimed("grpo-seed0") as second,
+        bench.claimed("grpo-seed1") as other,
+    ):
+        assert (first, second, other) == (True, False, True)
     with bench.claimed("grpo-seed0") as again:
         assert again
 
