@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
 from test_provenance import memory_run_config, train
 
 from comprl_gym.trainers.metrics import collapse_warnings
 from comprl_gym.trainers.sensitivity import lesson_sensitivity, measures_sensitivity
 
+ENV = "comprl/Memory-Fork-v0"
 KWARGS = {"split": "test", "branch_length": 2, "observation_mode": "compact", "moves": "open"}
 
 
@@ -43,6 +45,32 @@ def test_a_reader_is_sensitive_and_a_deaf_actor_is_not():
     deaf = lesson_sensitivity(Deaf(), "comprl/Memory-Fork-v0", KWARGS, seeds)
     assert deaf == {"sensitivity/inverted": 0.0, "sensitivity/placebo": 0.0, "sensitivity/tasks": 6}
     assert any("lesson-deaf" in w for w in collapse_warnings(deaf))
+
+
+@pytest.mark.slow
+def test_the_committed_reader_reads_and_untrained_smollm2_does_not(tmp_path):
+    """The metric on real models, through the trainer's own greedy agent, on 8 `train`
+    dungeons a capable-table run never trains on: the committed reader walks the side an
+    inverted lesson names on all 8; SmolLM2 untrained walks the same way whatever it reads
+    (lesson-deaf), 0 of 8. About 2 minutes on 2 cores."""
+    from conftest import REPO_ROOT
+
+    from comprl_gym.trainers import TrainConfig, make_trainer
+
+    scores = {}
+    for name, init in (("reader", "assets/memory-reader/reader.pt"), ("untrained", "")):
+        config = TrainConfig.from_yaml(
+            REPO_ROOT / "configs" / "capable-grpo.yaml",
+            ["rollout_backend=transformers", f"output_dir={tmp_path / name}", "progress=false",
+             f"actor.init_weights={REPO_ROOT / init if init else ''}"],
+        )  # fmt: skip
+        trainer = make_trainer(config)
+        kwargs = {"max_steps": config.max_episode_steps, **config.env_kwargs[ENV]}
+        agent = trainer.agent(seed=0, temperature=0.0)
+        scores[name] = lesson_sensitivity(agent, ENV, kwargs, range(16, 24))
+    assert scores["reader"]["sensitivity/inverted"] == 1.0
+    assert scores["untrained"]["sensitivity/inverted"] == 0.0
+    assert any("lesson-deaf" in w for w in collapse_warnings(scores["untrained"]))
 
 
 def test_only_families_with_fixed_lessons_are_measured():
