@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.sealed_table import render_capable
-from benchmarks.tables import interval, p_value, result, table
+from benchmarks.tables import result, table
 from comprl_gym.evaluation.table import markdown as method_table_markdown
 
 
@@ -20,35 +20,7 @@ def sealed_table() -> str:
 def sealed_comparisons_table() -> str:
     """The sealed table's registered comparisons at its visit: the primary (Complementary RL
     minus GRPO) first, then the secondary ones, pooled over seeds and per seed."""
-    sealed = result("sealed_table.json")
-    primary = sealed["plan"]["content"]["primary"]
-    visit = str(primary["visit"])
-    seeds = [str(s) for s in sealed["plan"]["content"]["seeds"]]
-    treatment = next(row for row in sealed["rows"] if row["method"] == primary["treatment"])
-    rows = []
-    for other in sealed["versus"]:
-        cell = treatment["versus"][other]
-        pooled = cell["this_minus_that"][visit]
-        per_seed = [f"{cell['per_seed'][s][visit]['difference']['mean']:+.2f}" for s in seeds]
-        rows.append(
-            [
-                f"{primary['treatment']} − {other}",
-                "primary" if other == primary["control"] else "secondary",
-                str(pooled["pairs"]),
-                interval(pooled["difference"], True),
-                p_value(pooled["mcnemar_p"]),
-                ", ".join(per_seed),
-            ]
-        )
-    head = [
-        f"visit {visit}, deployed arms",
-        "",
-        "pairs",
-        "difference [95%]",
-        "McNemar",
-        f"per seed ({', '.join(seeds)})",
-    ]
-    return table(head, rows)
+    return render_capable.comparisons_table("sealed_table.json")
 
 
 def sealed_runs_table() -> str:

@@ -24,40 +24,48 @@ def capable_table() -> str:
     return method_table_markdown(result(RESULT)).rstrip("\n")
 
 
-def capable_comparisons_table() -> str:
-    """Complementary RL against every other method at the plan's visit: between seeds (the
-    unit: a t interval over the seeds' paired differences), pooled (Newcombe, McNemar) and
-    per seed."""
-    capable = result(RESULT)
-    primary = capable["plan"]["content"]["primary"]
+def comparisons_table(name: str) -> str:
+    """A registered table's comparisons at its plan's visit (result file ``name``, either
+    plan's): the primary first, then the secondary ones; between seeds where the result has it
+    (a t interval over the seeds' paired differences, the unit), pooled (Newcombe, McNemar)
+    and per seed."""
+    registered = result(name)
+    primary = registered["plan"]["content"]["primary"]
     visit = str(primary["visit"])
-    seeds = [str(s) for s in capable["plan"]["content"]["seeds"]]
-    treatment = next(row for row in capable["rows"] if row["method"] == primary["treatment"])
+    seeds = [str(s) for s in registered["plan"]["content"]["seeds"]]
+    treatment = next(row for row in registered["rows"] if row["method"] == primary["treatment"])
+    cells = {other: treatment["versus"][other] for other in registered["versus"]}
+    between = all("between_seeds" in cell for cell in cells.values())
     rows = []
-    for other in capable["versus"]:
-        cell = treatment["versus"][other]
+    for other, cell in cells.items():
         pooled = cell["this_minus_that"][visit]
+        per_seed = [f"{cell['per_seed'][s][visit]['difference']['mean']:+.2f}" for s in seeds]
         rows.append(
             [
                 f"{primary['treatment']} − {other}",
                 "primary" if other == primary["control"] else "secondary",
-                interval(cell["between_seeds"][visit], True),
-                f"{pooled['pairs']}: {interval(pooled['difference'], True)}",
+                *([interval(cell["between_seeds"][visit], True)] if between else []),
+                str(pooled["pairs"]),
+                interval(pooled["difference"], True),
                 p_value(pooled["mcnemar_p"]),
-                ", ".join(
-                    f"{cell['per_seed'][s][visit]['difference']['mean']:+.2f}" for s in seeds
-                ),
+                ", ".join(per_seed),
             ]
         )
     head = [
         f"visit {visit}, deployed arms",
         "",
-        f"between {len(seeds)} seeds (t, 95%)",
-        "pooled pairs: difference [95%]",
+        *([f"between {len(seeds)} seeds (t, 95%)"] if between else []),
+        "pairs",
+        "difference [95%]",
         "McNemar",
         f"per seed ({', '.join(seeds)})",
     ]
     return table(head, rows)
+
+
+def capable_comparisons_table() -> str:
+    """Complementary RL against every other method (:func:`comparisons_table`)."""
+    return comparisons_table(RESULT)
 
 
 def record(name: str) -> str:
