@@ -352,7 +352,7 @@ TRAIN_RECORDS = ("summary.json", "metrics.jsonl")
 
 def keep_plan_records(plan: dict[str, Any]) -> list[str]:
     """Every run's records, gzipped under the plan's ``records`` folder
-    (:func:`benchmarks.common.keep_records`), and each probe's file as it is; returns them,
+    (:func:`benchmarks.common.keep_records`), each probe's file too; returns them,
     relative to the checkout."""
     into = REPO / plan["records"]
     kept: list[Path] = []
