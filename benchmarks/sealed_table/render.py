@@ -24,35 +24,9 @@ def sealed_comparisons_table() -> str:
 
 
 def sealed_runs_table() -> str:
-    """Each sealed (method, seed): whether both its runs ran the registered inputs, the minutes
-    each took, the dungeons it trained on and its streamed checkpoint's hash."""
-    sealed = result("sealed_table.json")
-    rows = []
-    for method, by_seed in sealed["runs"].items():
-        for seed, run in by_seed.items():
-            trainer = run["checkpoint"]["files"]["trainer.pt"]
-            tasks = run["training_tasks"].values()
-            rows.append(
-                [
-                    method,
-                    seed,
-                    "yes" if all(c["inputs_as_registered"] for c in run["code"].values()) else "no",
-                    f"{run['time_s']['train'] / 60:.1f}",
-                    f"{run['time_s']['stream'] / 60:.1f}",
-                    ", ".join(f"{len(t['played'])} {t['env_kwargs']['split']}" for t in tasks),
-                    f"`{trainer[:12]}…`",
-                ]
-            )
-    head = [
-        "method",
-        "seed",
-        "inputs as registered",
-        "train (min)",
-        "stream (min)",
-        "dungeons trained on",
-        "trainer.pt sha256",
-    ]
-    return table(head, rows)
+    """Each sealed (method, seed): what it ran (:func:`~benchmarks.sealed_table.render_capable.
+    runs_table`)."""
+    return render_capable.runs_table("sealed_table.json")
 
 
 def sealed_following_table() -> str:

@@ -158,13 +158,15 @@ def capable_probes_table() -> str:
     return table(head, rows)
 
 
-def capable_runs_table() -> str:
-    """Each (method, seed): whether its runs ran the registered inputs, minutes each took, and
-    its streamed checkpoint's hash."""
-    capable = result(RESULT)
+def runs_table(name: str) -> str:
+    """Each (method, seed) of a registered table (result file ``name``, either plan's): whether
+    both its runs ran the registered inputs, the minutes each took, the dungeons it trained on
+    and its streamed checkpoint's hash."""
     rows = []
-    for method, by_seed in capable["runs"].items():
+    for method, by_seed in result(name)["runs"].items():
         for seed, run in by_seed.items():
+            trainer = run["checkpoint"]["files"]["trainer.pt"]
+            tasks = run["training_tasks"].values()
             rows.append(
                 [
                     method,
@@ -172,11 +174,25 @@ def capable_runs_table() -> str:
                     "yes" if all(c["inputs_as_registered"] for c in run["code"].values()) else "no",
                     f"{run['time_s']['train'] / 60:.1f}",
                     f"{run['time_s']['stream'] / 60:.1f}",
-                    f"`{run['checkpoint']['files']['trainer.pt'][:12]}…`",
+                    ", ".join(f"{len(t['played'])} {t['env_kwargs']['split']}" for t in tasks),
+                    f"`{trainer[:12]}…`",
                 ]
             )
-    head = ["method", "seed", "inputs as registered", "train (min)", "stream (min)", "trainer.pt"]
+    head = [
+        "method",
+        "seed",
+        "inputs as registered",
+        "train (min)",
+        "stream (min)",
+        "dungeons trained on",
+        "trainer.pt sha256",
+    ]
     return table(head, rows)
+
+
+def capable_runs_table() -> str:
+    """What each (method, seed) of the capable table ran (:func:`runs_table`)."""
+    return runs_table(RESULT)
 
 
 def plot_sensitivity(path: Path) -> None:
