@@ -2,9 +2,9 @@
 
 The bench (:mod:`benchmarks.sealed_table.run`) keeps, for a plan that names ``records``, every
 (method, seed)'s per-episode records there, gzipped: the stream's ``episodes.jsonl``,
-``config.json`` and ``summary.json``, and the training run's ``summary.json`` and
-``metrics.jsonl``. This script unpacks them into a scratch folder, reads them as the table
-reads a run (:func:`comprl_gym.evaluation.table.load_run`), recomputes every method's row and
+``config.json`` and ``summary.json``, the training run's ``summary.json`` and
+``metrics.jsonl``, and both runs' ``provenance.json``. This script unpacks them into a scratch
+folder, reads them as the table reads a run (:func:`comprl_gym.evaluation.table.load_run`), recomputes every method's row and
 the primary comparison, and compares them with the committed result: nothing in ``runs/``,
 no model and no environment is needed.
 
@@ -14,7 +14,6 @@ Run:  python -m benchmarks.sealed_table.recompute --plan benchmarks/preregistere
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import tempfile
 from pathlib import Path
@@ -24,27 +23,16 @@ import benchmarks.sealed_table.run as bench
 from comprl_gym.evaluation.table import Run, load_run, method_table
 
 
-def unpack(records: Path, folder: Path, names: tuple[str, ...]) -> Path:
-    """``folder`` made from ``records/<folder name>-<name>.gz`` of each of ``names``."""
-    folder.mkdir(parents=True)
-    for name in names:
-        source = records / f"{folder.name}-{name}.gz"
-        if not source.is_file():
-            raise SystemExit(f"{source}: a record of the table is missing")
-        (folder / name).write_bytes(gzip.decompress(source.read_bytes()))
-    return folder
-
-
 def runs_from_records(plan: dict[str, Any], scratch: Path) -> dict[str, list[Run]]:
     """Every method's runs, one per seed, read from the plan's committed records."""
     records = bench.REPO / plan["records"]
     methods: dict[str, list[Run]] = {}
     for method in plan["methods"]:
         for seed in plan["seeds"]:
-            train = unpack(
+            train = bench.unpack_records(
                 records, scratch / bench.train_folder(method, seed).name, bench.TRAIN_RECORDS
             )
-            stream = unpack(
+            stream = bench.unpack_records(
                 records, scratch / bench.stream_folder(method, seed).name, bench.STREAM_RECORDS
             )
             # the stream names the training run it came from: here, its unpacked records

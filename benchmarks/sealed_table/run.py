@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import gzip
 import json
 import re
 import subprocess
@@ -65,7 +66,7 @@ from comprl_gym.evaluation.provenance import file_sha256
 from comprl_gym.evaluation.stats import proportion_ci
 from comprl_gym.evaluation.table import load_run, method_table, write_table
 from comprl_gym.trainers.run import Run
-from comprl_gym.utils import atomic_write_json
+from comprl_gym.utils import atomic_write_bytes, atomic_write_json
 
 PLAN = REPO / "benchmarks" / "preregistered" / "sealed_table.yaml"
 RUNS = REPO / "runs" / "sealed-table"
@@ -345,24 +346,76 @@ def summarise(plan: dict[str, Any], commit: str) -> dict[str, Any]:
 
 
 #: What is kept of each (method, seed) for the recomputation: the stream's episodes, config and
-#: summary, the training run's summary and metrics (its lesson sensitivity every iteration).
-STREAM_RECORDS = ("episodes.jsonl", "config.json", "summary.json")
-TRAIN_RECORDS = ("summary.json", "metrics.jsonl")
+#: summary, the training run's summary and metrics (its lesson sensitivity every iteration), and
+#: both runs' provenance (the commit each was made at, every loaded weight file's sha256).
+STREAM_RECORDS = ("episodes.jsonl", "config.json", "summary.json", "provenance.json")
+TRAIN_RECORDS = ("summary.json", "metrics.jsonl", "provenance.json")
+
+
+def unit_records(method: dict[str, Any], seed: int) -> list[tuple[Path, tuple[str, ...]]]:
+    """A (method, seed)'s records: each folder kept (``RUNS`` for a probe's file) with the
+    names kept of it."""
+    out = [
+        (stream_folder(method, seed), STREAM_RECORDS),
+        (train_folder(method, seed), TRAIN_RECORDS),
+    ]
+    if method.get("probe"):
+        out.append((RUNS, (probe_file(method, seed).name,)))
+    return out
+
+
+def keep_unit_records(plan: dict[str, Any], method: dict[str, Any], seed: int) -> list[Path]:
+    """A finished (method, seed)'s records, gzipped under the plan's ``records`` folder
+    (:func:`benchmarks.common.keep_records`): kept as each one finishes, so that what is done
+    can be committed before the whole plan is."""
+    into = REPO / plan["records"]
+    return [
+        p for folder, names in unit_records(method, seed) for p in keep_records(folder, names, into)
+    ]
 
 
 def keep_plan_records(plan: dict[str, Any]) -> list[str]:
-    """Every run's records, gzipped under the plan's ``records`` folder
-    (:func:`benchmarks.common.keep_records`), each probe's file too; returns them,
-    relative to the checkout."""
-    into = REPO / plan["records"]
-    kept: list[Path] = []
-    for method in plan["methods"]:
-        for seed in plan["seeds"]:
-            kept += keep_records(stream_folder(method, seed), STREAM_RECORDS, into)
-            kept += keep_records(train_folder(method, seed), TRAIN_RECORDS, into)
-            if method.get("probe"):
-                kept += keep_records(RUNS, [probe_file(method, seed).name], into)
+    """Every run's records (:func:`keep_unit_records`); returns them, relative to the checkout."""
+    kept = [
+        p for m in plan["methods"] for s in plan["seeds"] for p in keep_unit_records(plan, m, s)
+    ]
     return [relative(p) for p in kept]
+
+
+def unpack_records(records: Path, folder: Path, names: tuple[str, ...]) -> Path:
+    """``folder`` made from ``records/<folder name>-<name>.gz`` of each of ``names``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        source = records / f"{folder.name}-{name}.gz"
+        if not source.is_file():
+            raise SystemExit(f"{source}: a record of the table is missing")
+        atomic_write_bytes(folder / name, gzip.decompress(source.read_bytes()))
+    return folder
+
+
+def restore_unit(plan: dict[str, Any], method: dict[str, Any], seed: int) -> bool:
+    """A (method, seed) whose records are committed but whose runs are not on this machine (a
+    new checkout): its runs made again from the records, so that it counts as done and the
+    table reads it; ``False`` (nothing written) where any record is missing or a run of it is
+    already here."""
+    records = REPO / plan["records"]
+    wanted = unit_records(method, seed)
+    present = all(
+        (records / f"{folder.name}-{name}.gz").is_file()
+        for folder, names in wanted
+        for name in names
+    )
+    here = train_folder(method, seed).exists() or stream_folder(method, seed).exists()
+    if not present or here:
+        return False
+    for folder, names in wanted:
+        if folder == RUNS:  # a probe's file
+            for name in names:
+                source = records / f"{RUNS.name}-{name}.gz"
+                atomic_write_bytes(RUNS / name, gzip.decompress(source.read_bytes()))
+        else:
+            unpack_records(records, folder, names)
+    return True
 
 
 def reader_stream_folder(seed: int) -> Path:
@@ -536,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     commit = registered_commit()
     RUNS.mkdir(parents=True, exist_ok=True)
+    pairs = {unit_of(train_folder(m, s)): (m, s) for s in plan["seeds"] for m in plan["methods"]}
     units: dict[str, list[tuple[Path, list[str]]]] = {}
     for folder, command in pending:
         units.setdefault(unit_of(folder), []).append((folder, command))
@@ -546,10 +600,16 @@ def main(argv: list[str] | None = None) -> int:
             if not mine:
                 print(f"[{k}/{len(units)}] {unit}: another bench runs it", flush=True)
                 continue
+            if restore_unit(plan, *pairs[unit]):
+                print(f"[{k}/{len(units)}] {unit}: made again from its committed records")
+                continue
             for folder, command in unit_steps:
                 if not done(folder):  # another bench may have finished it meanwhile
                     print(f"[{k}/{len(units)}] {folder.name}", flush=True)
                     run_step(folder, command)
+            if plan.get("records"):
+                kept = keep_unit_records(plan, *pairs[unit])
+                print(f"[{k}/{len(units)}] {unit}: {len(kept)} records kept in {plan['records']}")
     left = [f.name for f, _ in steps(plan, plan["seeds"]) if not done(f)]
     if left:
         print(f"{len(left)} steps of the plan are not done yet: {', '.join(left)}")
