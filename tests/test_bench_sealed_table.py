@@ -250,6 +250,43 @@ def test_each_run_is_checked_against_the_code_of_the_plans_commit(tmp_path):
     assert code["library-changed"]["after_the_plan"] and not code["before-plan"]["after_the_plan"]
 
 
+def test_the_bench_runs_nothing_where_the_library_differs_from_the_plans_commit(tmp_path):
+    """A checkout whose library, configs and assets are the plan's runs, whatever else
+    changed; one where they were edited (in the working tree or committed since) is refused,
+    naming the file."""
+
+    def git(*args):
+        return subprocess.run(
+            ["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    def commit(path, text):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+        git("add", path)
+        git("commit", "-q", "-m", path)
+        return git("rev-parse", "HEAD")
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    commit("comprl_gym/trainer.py", "v1")
+    plan = commit("plan.yaml", "seeds: [0]")
+    commit("docs/page.md", "a page")
+    bench.refuse_changed_inputs(plan, tmp_path)  # docs changed: runs
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "new.yaml").write_text("untracked: true")  # not the library's
+    bench.refuse_changed_inputs(plan, tmp_path)
+    (tmp_path / "comprl_gym" / "trainer.py").write_text("v2")
+    with pytest.raises(SystemExit, match="comprl_gym/trainer.py: changed since the plan"):
+        bench.refuse_changed_inputs(plan, tmp_path)
+    commit("comprl_gym/trainer.py", "v2")
+    with pytest.raises(SystemExit, match="comprl_gym/trainer.py: changed since the plan"):
+        bench.refuse_changed_inputs(plan, tmp_path)
+    with pytest.raises(SystemExit, match="changed since the plan"):
+        bench.refuse_changed_inputs("0" * 40, tmp_path)  # a commit git does not know
+
+
 def test_a_plan_with_another_reader_or_an_unknown_primary_is_refused(tmp_path, monkeypatch):
     plan = yaml.safe_load(bench.PLAN.read_text())
     path = tmp_path / "plan.yaml"
@@ -334,6 +371,7 @@ def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(
     monkeypatch.setattr(bench, "PLAN", tmp_path / "plan.yaml")
     monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(bench, "registered_commit", lambda: "0" * 40)
+    monkeypatch.setattr(bench, "refuse_changed_inputs", lambda commit: None)
     full_size = bench.train_command
     monkeypatch.setattr(
         bench,

@@ -153,6 +153,24 @@ def code_of(folders: tuple[Path, ...], commit: str, repo: Path | None = None) ->
     return out
 
 
+def refuse_changed_inputs(commit: str, repo: Path | None = None) -> None:
+    """Refuses to run when the checkout's :data:`RUN_INPUTS` differ from the plan's
+    ``commit`` (committed since, or edited in the working tree): a run made here would not be
+    the plan's. A plan's runs may span several checkouts and machines; each must run what
+    was registered."""
+    changed = subprocess.run(
+        ["git", "diff", "--name-only", commit, "--", *RUN_INPUTS],
+        cwd=repo or REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    if changed.returncode != 0 or changed.stdout.strip():
+        files = changed.stdout.split() or [changed.stderr.strip()]
+        raise SystemExit(
+            f"{', '.join(files[:5])}: changed since the plan's commit {commit[:7]}; run the "
+            "plan from a checkout whose library, configs and assets are the plan's "
+            "(git worktree add DIR <commit>), or register a new plan"
+        )
+
+
 def as_recorded(command: list[str]) -> str:
     """A command as a result records it: ``comprl-gym ...`` (not how this machine runs it)."""
     return " ".join(command)
@@ -588,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
             print(as_recorded(command))
         return 0
     commit = registered_commit()
+    if pending:
+        refuse_changed_inputs(commit)
     RUNS.mkdir(parents=True, exist_ok=True)
     pairs = {unit_of(train_folder(m, s)): (m, s) for s in plan["seeds"] for m in plan["methods"]}
     units: dict[str, list[tuple[Path, list[str]]]] = {}
