@@ -421,6 +421,10 @@ def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(
     # its records, nothing runs, and the table comes out as it did.
     shutil.rmtree(tmp_path / "runs")
     capsys.readouterr()
+    assert bench.main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "comprl-gym" not in out
+    assert "made again from their committed records: exemplar-memory-seed0, grpo-seed0" in out
     assert bench.main([]) == 0 and ran == []
     assert capsys.readouterr().out.count("made again from its committed records") == 2
     again = json.loads((tmp_path / "table.json").read_text())

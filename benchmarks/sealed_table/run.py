@@ -411,6 +411,18 @@ def unpack_records(records: Path, folder: Path, names: tuple[str, ...]) -> Path:
     return folder
 
 
+def recorded(plan: dict[str, Any], method: dict[str, Any], seed: int) -> bool:
+    """Whether every record of a (method, seed) is in the plan's ``records`` folder."""
+    if not plan.get("records"):
+        return False
+    records = REPO / plan["records"]
+    return all(
+        (records / f"{folder.name}-{name}.gz").is_file()
+        for folder, names in unit_records(method, seed)
+        for name in names
+    )
+
+
 def restore_unit(plan: dict[str, Any], method: dict[str, Any], seed: int) -> bool:
     """A (method, seed) whose records are committed but whose runs are not on this machine (a
     new checkout): its runs made again from the records, so that it counts as done and the
@@ -418,13 +430,8 @@ def restore_unit(plan: dict[str, Any], method: dict[str, Any], seed: int) -> boo
     already here."""
     records = REPO / plan["records"]
     wanted = unit_records(method, seed)
-    present = all(
-        (records / f"{folder.name}-{name}.gz").is_file()
-        for folder, names in wanted
-        for name in names
-    )
     here = train_folder(method, seed).exists() or stream_folder(method, seed).exists()
-    if not present or here:
+    if not recorded(plan, method, seed) or here:
         return False
     for folder, names in wanted:
         if folder == RUNS:  # a probe's file
@@ -602,8 +609,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--seeds {seeds}: the plan's seeds are {plan['seeds']}")
     pending = [(f, c) for f, c in steps(plan, seeds) if not done(f)]
     if args.dry_run:
-        for _, command in pending:
-            print(as_recorded(command))
+        pairs = {unit_of(train_folder(m, s)): (m, s) for s in seeds for m in plan["methods"]}
+        again = sorted(u for u, (m, s) in pairs.items() if recorded(plan, m, s))
+        for folder, command in pending:
+            if unit_of(folder) not in again:
+                print(as_recorded(command))
+        if again:
+            print(f"# made again from their committed records: {', '.join(again)}")
         return 0
     commit = registered_commit()
     if pending:
