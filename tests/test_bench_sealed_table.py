@@ -207,19 +207,18 @@ def test_a_plan_must_be_committed_and_unchanged(tmp_path):
         bench.registered_commit(plan, tmp_path)
 
 
-def test_each_run_is_checked_against_the_code_of_the_plans_commit(tmp_path):
-    """A run made at the plan's commit, or later with the library, configs and assets as they
-    were, ran as registered; one made after the library changed, from a dirty tree, or before
-    the plan, did not (the commits are a real git history)."""
+def git_history(repo):
+    """A new git repository at ``repo``; returns ``commit(path, text)``, which writes and
+    commits one file and returns the new commit."""
 
     def git(*args):
         return subprocess.run(
-            ["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True
+            ["git", *args], cwd=repo, check=True, capture_output=True, text=True
         ).stdout.strip()
 
     def commit(path, text):
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
         git("add", path)
         git("commit", "-q", "-m", path)
         return git("rev-parse", "HEAD")
@@ -227,6 +226,15 @@ def test_each_run_is_checked_against_the_code_of_the_plans_commit(tmp_path):
     git("init", "-q")
     git("config", "user.email", "t@t")
     git("config", "user.name", "t")
+    return commit
+
+
+def test_each_run_is_checked_against_the_code_of_the_plans_commit(tmp_path):
+    """A run made at the plan's commit, or later with the library, configs and assets as they
+    were, ran as registered; one made after the library changed, from a dirty tree, or before
+    the plan, did not (the commits are a real git history)."""
+
+    commit = git_history(tmp_path)
     before = commit("comprl_gym/trainer.py", "v1")
     plan = commit("plan.yaml", "seeds: [0]")
     docs = commit("docs/page.md", "a page")
@@ -255,21 +263,7 @@ def test_the_bench_runs_nothing_where_the_library_differs_from_the_plans_commit(
     changed; one where they were edited (in the working tree or committed since) is refused,
     naming the file."""
 
-    def git(*args):
-        return subprocess.run(
-            ["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True
-        ).stdout.strip()
-
-    def commit(path, text):
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
-        git("add", path)
-        git("commit", "-q", "-m", path)
-        return git("rev-parse", "HEAD")
-
-    git("init", "-q")
-    git("config", "user.email", "t@t")
-    git("config", "user.name", "t")
+    commit = git_history(tmp_path)
     commit("comprl_gym/trainer.py", "v1")
     plan = commit("plan.yaml", "seeds: [0]")
     commit("docs/page.md", "a page")
