@@ -433,13 +433,8 @@ def restore_unit(plan: dict[str, Any], method: dict[str, Any], seed: int) -> boo
     here = train_folder(method, seed).exists() or stream_folder(method, seed).exists()
     if not recorded(plan, method, seed) or here:
         return False
-    for folder, names in wanted:
-        if folder == RUNS:  # a probe's file
-            for name in names:
-                source = records / f"{RUNS.name}-{name}.gz"
-                atomic_write_bytes(RUNS / name, gzip.decompress(source.read_bytes()))
-        else:
-            unpack_records(records, folder, names)
+    for folder, names in wanted:  # a probe's file: RUNS/<name> from <RUNS name>-<name>.gz
+        unpack_records(records, folder, names)
     return True
 
 
