@@ -15,7 +15,7 @@ from conftest import REPO_ROOT
 from test_memory_recipes import TINY
 
 import comprl_gym  # noqa: F401  (registers the envs)
-from benchmarks.sealed_table import recompute
+from benchmarks.sealed_table import recompute, render_capable
 from benchmarks.sealed_table import run as bench
 from comprl_gym.envs.memory import dungeon, pool
 from comprl_gym.envs.memory.dungeons import slug
@@ -425,6 +425,21 @@ def test_a_tiny_plan_runs_end_to_end_and_tables_its_primary_comparison(
     assert [again[k] for k in ("rows", "primary", "runs")] == [
         result[k] for k in ("rows", "primary", "runs")
     ]
+    # The page's tables and sensitivity plot render from the result and its records alone.
+    monkeypatch.setattr(render_capable, "RESULT", str(tmp_path / "table.json"))
+    comparisons = render_capable.capable_comparisons_table().splitlines()
+    assert comparisons[2].startswith("| exemplar memory − GRPO | primary |")
+    sensitivity = render_capable.capable_sensitivity_table().splitlines()[2:]
+    assert [row.split(" | ")[:2] for row in sensitivity] == [
+        ["| GRPO", "0"],
+        ["| exemplar memory", "0"],
+    ]
+    assert len(render_capable.capable_probes_table().splitlines()) == 2  # no method is probed
+    runs = render_capable.capable_runs_table().splitlines()[2:]
+    # the tiny plan's commit is made up, so no run's library is the registered one
+    assert [row.split(" | ")[2] for row in runs] == ["no", "no"]
+    render_capable.plot_sensitivity(tmp_path / "sensitivity.png")
+    assert (tmp_path / "sensitivity.png").stat().st_size > 0
 
 
 def test_the_committed_capable_table_recomputes_from_its_records_alone(capsys):
