@@ -109,6 +109,30 @@ def test_the_capable_plan_streams_the_sealed_dungeons_the_first_left_with_seeds_
     assert not any(name.startswith("probe-grpo") for name in folders)
 
 
+def test_a_bench_can_take_only_some_methods(tmp_path, monkeypatch, capsys):
+    """``--method`` (repeatable; names may hold commas) leaves the other methods' runs to
+    other benches; a name the plan does not have is refused."""
+    monkeypatch.setattr(bench, "PLAN", bench.PLAN)
+    bench.use_plan(CAPABLE)
+    monkeypatch.setattr(bench, "RUNS", tmp_path)
+    bare = "Complementary RL, bare extractor"
+    assert bench.main(["--seeds", "4", "--method", "GRPO", "--method", bare, "--dry-run"]) == 0
+    # each command ends with what it writes
+    outputs = [line.split()[-1] for line in capsys.readouterr().out.splitlines()]
+    assert outputs == [
+        str(tmp_path / name)
+        for name in (
+            "grpo-seed4",
+            "stream-grpo-seed4",
+            "complementary-rl-bare-extractor-seed4",
+            "probe-complementary-rl-bare-extractor-seed4.json",
+            "stream-complementary-rl-bare-extractor-seed4",
+        )
+    ]
+    with pytest.raises(SystemExit, match="the plan's methods are"):
+        bench.main(["--method", "PPO", "--dry-run"])
+
+
 def test_a_plan_whose_writer_is_not_the_registered_one_is_refused(tmp_path):
     plan = yaml.safe_load(CAPABLE.read_text())
     path = tmp_path / "plan.yaml"

@@ -38,6 +38,7 @@ once: each takes the (method, seed)s no other holds (a lock file per pair in the
 
 Run:  python -m benchmarks.sealed_table.run              # whatever is not done yet
       python -m benchmarks.sealed_table.run --seeds 0    # only seed 0's runs
+      python -m benchmarks.sealed_table.run --method GRPO  # only GRPO's runs
       python -m benchmarks.sealed_table.run --dry-run    # print the commands, run nothing
       python -m benchmarks.sealed_table.run --posthoc    # after the table: do lessons move the actor?
 """
@@ -576,6 +577,13 @@ def posthoc(plan: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the plan's)")
+    parser.add_argument(
+        "--method",
+        action="append",
+        default=[],
+        help="a method's name, as the plan spells it; repeat for several (default: all): a "
+        "bench with little time left takes only the short ones",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument(
         "--posthoc",
@@ -602,10 +610,17 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or plan["seeds"]
     if not set(seeds) <= set(plan["seeds"]):
         raise SystemExit(f"--seeds {seeds}: the plan's seeds are {plan['seeds']}")
-    pending = [(f, c) for f, c in steps(plan, seeds) if not done(f)]
+    names = [m["name"] for m in plan["methods"]]
+    chosen = args.method or names
+    if not set(chosen) <= set(names):
+        raise SystemExit(f"--method {chosen}: the plan's methods are {names}")
+    wanted = {
+        unit_of(train_folder(m, s)) for m in plan["methods"] if m["name"] in chosen for s in seeds
+    }
+    pending = [(f, c) for f, c in steps(plan, seeds) if not done(f) and unit_of(f) in wanted]
     if args.dry_run:
         pairs = {unit_of(train_folder(m, s)): (m, s) for s in seeds for m in plan["methods"]}
-        again = sorted(u for u, (m, s) in pairs.items() if recorded(plan, m, s))
+        again = sorted(u for u, (m, s) in pairs.items() if u in wanted and recorded(plan, m, s))
         for folder, command in pending:
             if unit_of(folder) not in again:
                 print(as_recorded(command))
