@@ -614,13 +614,16 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.method or names
     if not set(chosen) <= set(names):
         raise SystemExit(f"--method {chosen}: the plan's methods are {names}")
-    wanted = {
-        unit_of(train_folder(m, s)) for m in plan["methods"] if m["name"] in chosen for s in seeds
+    # The (method, seed)s this bench may take, by their unit name (``grpo-seed0``).
+    pairs = {
+        unit_of(train_folder(m, s)): (m, s)
+        for s in seeds
+        for m in plan["methods"]
+        if m["name"] in chosen
     }
-    pending = [(f, c) for f, c in steps(plan, seeds) if not done(f) and unit_of(f) in wanted]
+    pending = [(f, c) for f, c in steps(plan, seeds) if not done(f) and unit_of(f) in pairs]
     if args.dry_run:
-        pairs = {unit_of(train_folder(m, s)): (m, s) for s in seeds for m in plan["methods"]}
-        again = sorted(u for u, (m, s) in pairs.items() if u in wanted and recorded(plan, m, s))
+        again = sorted(u for u, (m, s) in pairs.items() if recorded(plan, m, s))
         for folder, command in pending:
             if unit_of(folder) not in again:
                 print(as_recorded(command))
@@ -631,7 +634,6 @@ def main(argv: list[str] | None = None) -> int:
     if pending:
         refuse_changed_inputs(commit)
     RUNS.mkdir(parents=True, exist_ok=True)
-    pairs = {unit_of(train_folder(m, s)): (m, s) for s in plan["seeds"] for m in plan["methods"]}
     units: dict[str, list[tuple[Path, list[str]]]] = {}
     for folder, command in pending:
         units.setdefault(unit_of(folder), []).append((folder, command))
