@@ -18,6 +18,7 @@ regenerate. A marker naming no known table, or an unclosed one, is an error.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import re
@@ -140,6 +141,13 @@ def pages() -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="rewrite nothing; exit 1 naming the pages whose generated tables are stale",
+    )
+    check = parser.parse_args(argv).check
     stale = []
     for page in pages():
         current = page.read_text(encoding="utf-8")
@@ -147,9 +155,9 @@ def main(argv: list[str]) -> int:
         if updated == current:
             continue
         stale.append(page.relative_to(ROOT).as_posix())
-        if "--check" not in argv:
+        if not check:
             atomic_write_text(page, updated)
-    if stale and "--check" in argv:
+    if stale and check:
         print(f"stale generated tables in {', '.join(stale)}: run `make readme`", file=sys.stderr)
         return 1
     return 0
