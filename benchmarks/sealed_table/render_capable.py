@@ -6,6 +6,7 @@ extractors' probes, and what each run ran."""
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 from collections.abc import Callable
@@ -237,8 +238,12 @@ def plot_sensitivity(path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Writes the sensitivity plot beside the result: ``capable_table_sensitivity.png``."""
+    argparse.ArgumentParser(
+        description="Plot every run's lesson sensitivity by iteration from the capable "
+        "table's committed records: benchmarks/results/capable_table_sensitivity.png"
+    ).parse_args(argv)
     out = RESULTS / "capable_table_sensitivity.png"
     plot_sensitivity(out)
     print(f"wrote {out}")
