@@ -19,6 +19,7 @@ regenerate. A marker naming no known table, or an unclosed one, is an error.
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib
 import json
 import re
@@ -101,8 +102,11 @@ def unsupported_figures(text: str, results: Path = RESULTS) -> list[str]:
 def _figures_in(results: Path) -> tuple[set, set]:
     intervals: set = set()
     p_values: set = set()
-    for path in sorted(results.rglob("*.json")):
-        _quoted_figures(json.loads(path.read_text(encoding="utf-8")), intervals, p_values)
+    # the result files, and the records committed gzipped beside them (a probe's report)
+    for path in sorted([*results.rglob("*.json"), *results.rglob("*.json.gz")]):
+        raw = path.read_bytes()
+        text = gzip.decompress(raw) if path.suffix == ".gz" else raw
+        _quoted_figures(json.loads(text.decode("utf-8")), intervals, p_values)
     return intervals, p_values
 
 
