@@ -202,7 +202,10 @@ def add_stream(sub: Any) -> None:
         "training pool); the pool played is printed and recorded in config.json",
     )
     p.add_argument(
-        "--tasks", type=int, required=True, help="held-out tasks: reset seeds 0..N-1 of the pool"
+        "--tasks",
+        type=int,
+        required=True,
+        help="held-out tasks: reset seeds 0..N-1 of the pool (from --first-task)",
     )
     p.add_argument(
         "--first-task",

@@ -27,7 +27,9 @@ agentic/``; the file names below point into it):
 * **Reward** (reference ``multi_agentic_pipeline.py::_collect_triggered_interactions_to_buffer``):
   per generation, ``r`` = the mean of +1 (success) / -1 (failure) over the trajectories that
   used the entries it wrote, pooled over those entries: the store's uses/wins tallies, counted
-  from when the generation wrote them. A refinement answer (``search_and_ask``, answered by
+  from when the generation was last trained (``experience.credit_window: since_trained``, the
+  reference's buffer, emptied of a generation when it is trained), or from when it wrote them
+  (``since_written``). A refinement answer (``search_and_ask``, answered by
   :meth:`ExperienceExtractor.refine`) is a sample whose ``r`` is the asking trajectory's
   outcome; a merge call is a sample whose ``r`` comes from the trajectories that later used the
   entries it produced (reference ``_merge_single_task``: ``triggered_interaction`` = the last
