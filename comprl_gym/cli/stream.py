@@ -205,7 +205,8 @@ def add_stream(sub: Any) -> None:
         "--tasks",
         type=int,
         required=True,
-        help="held-out tasks: reset seeds 0..N-1 of the pool (from --first-task)",
+        help="how many held-out tasks to play: reset seeds 0..N-1 of the pool, or F..F+N-1 "
+        "with --first-task F",
     )
     p.add_argument(
         "--first-task",
